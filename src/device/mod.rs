@@ -1,0 +1,89 @@
+//! Opening targets (block devices, partitions, images) and reading their
+//! topology: sector sizes, alignment offset, I/O hints, and where each value
+//! came from.
+
+use serde::Serialize;
+
+/// Where a topology value came from. Drives and USB bridges lie, so every
+/// value says who vouched for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// /sys/block/*/queue and friends.
+    Kernel,
+    /// Block-device ioctls (BLKSSZGET, BLKPBSZGET, ...).
+    Ioctl,
+    /// Our table of drive models known to misreport.
+    Quirk,
+    /// A command-line override.
+    Override,
+    /// Inferred from the partition table found on an image.
+    Table,
+    /// Nothing better was available.
+    Assumed,
+    /// Measured by `blkalign probe`.
+    Probe,
+}
+
+/// A value and the source that vouched for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub source: Source,
+}
+
+impl<T> Sourced<T> {
+    pub fn new(value: T, source: Source) -> Self {
+        Self { value, source }
+    }
+}
+
+/// Values given on the command line; they beat anything read or assumed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    pub logical_sector_size: Option<u64>,
+    pub physical_sector_size: Option<u64>,
+    pub alignment_offset: Option<u64>,
+}
+
+/// The geometry of a target as reported, each value with its source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Topology {
+    pub logical_sector_size: Sourced<u64>,
+    /// As reported (or quirk-corrected, overridden, probed); the audit may
+    /// still assume 4096 on top of this, and says so.
+    pub physical_sector_size: Sourced<u64>,
+    /// Bytes from LBA 0 to the first physical-sector boundary.
+    pub alignment_offset: Sourced<u64>,
+    /// None when unreported (0) or neutralised as bogus.
+    pub minimum_io_size: Option<Sourced<u64>>,
+    /// None when unreported (0) or neutralised as bogus.
+    pub optimal_io_size: Option<Sourced<u64>>,
+    pub size_bytes: u64,
+    pub rotational: Option<bool>,
+    pub vendor: Option<String>,
+    pub model: Option<String>,
+    pub serial: Option<String>,
+    /// Disagreements between sources and values we neutralised, in words.
+    pub notes: Vec<String>,
+}
+
+/// Whether a target is a kernel block device or a regular file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TargetKind {
+    Disk,
+    Image,
+}
+
+/// What the user asked to audit, resolved to a whole disk or an image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    /// The whole-disk node (/dev/sda) or the image file.
+    pub path: std::path::PathBuf,
+    /// Kernel name (sda, nvme0n1) for block devices.
+    pub name: Option<String>,
+    pub kind: TargetKind,
+    /// When the user named a partition: its number, to highlight.
+    pub selected_partition: Option<u32>,
+}

@@ -1,0 +1,13 @@
+//! blkalign: find, measure, prevent and repair misaligned storage on
+//! Advanced Format disks.
+//!
+//! Data flows one way: a [`device::Target`] yields a [`device::Topology`]
+//! and a [`table::Layout`]; [`align`] turns them into verdicts; [`audit`]
+//! gathers those per target and [`report`] prints them.
+
+pub mod align;
+pub mod audit;
+pub mod device;
+pub mod emulate;
+pub mod report;
+pub mod table;

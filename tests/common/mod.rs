@@ -1,0 +1,144 @@
+//! Helpers shared by the integration tests.
+//!
+//! Tests that need root, loop devices or peer tools call [`needs`] first:
+//! it prints why and returns false when something is missing, so the test
+//! skips; with `BLKALIGN_TEST_STRICT=1` (as in CI) it panics instead, so
+//! nothing that should run can quietly skip.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn strict() -> bool {
+    std::env::var("BLKALIGN_TEST_STRICT").is_ok_and(|v| v == "1")
+}
+
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// Where a tool is, looking in sbin too (non-root PATHs often lack it).
+pub fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"])
+        .map(|dir| Path::new(dir).join(tool))
+        .find(|p| p.is_file())
+}
+
+/// True when the test can run; otherwise says why, and fails under strict.
+pub fn needs(root: bool, tools: &[&str]) -> bool {
+    let mut missing: Vec<String> = tools
+        .iter()
+        .filter(|t| which(t).is_none())
+        .map(|t| format!("tool `{t}`"))
+        .collect();
+    if root && !is_root() {
+        missing.push("root".into());
+    }
+    if root && !Path::new("/dev/loop-control").exists() {
+        missing.push("/dev/loop-control".into());
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let reason = format!("needs {}", missing.join(", "));
+    assert!(!strict(), "BLKALIGN_TEST_STRICT=1 and this test {reason}");
+    eprintln!("skipped: this test {reason}");
+    false
+}
+
+/// Run a command, panicking with its output if it fails.
+pub fn run(program: &str, args: &[&str]) -> Output {
+    run_stdin(program, args, None)
+}
+
+/// Run a command with `stdin` as its input, panicking if it fails.
+pub fn run_stdin(program: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    let exe = which(program).unwrap_or_else(|| PathBuf::from(program));
+    let mut child = Command::new(&exe)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let mut pipe = child.stdin.take().expect("stdin is piped");
+    if let Some(text) = stdin {
+        pipe.write_all(text.as_bytes()).expect("write stdin");
+    }
+    drop(pipe);
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A sparse image file of `size` bytes in its own temporary directory.
+pub struct Image {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl Image {
+    pub fn new(size: u64) -> Image {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("disk.img");
+        let file = std::fs::File::create(&path).expect("create image");
+        file.set_len(size).expect("size image");
+        Image { _dir: dir, path }
+    }
+
+    /// An image partitioned by `sfdisk` from `script`.
+    pub fn sfdisk(size: u64, script: &str) -> Image {
+        let image = Image::new(size);
+        run_stdin("sfdisk", &["--no-reread", "--no-tell-kernel", image.str()], Some(script));
+        image
+    }
+
+    pub fn str(&self) -> &str {
+        self.path.to_str().expect("utf-8 temp path")
+    }
+}
+
+/// A loop device attached to a file, detached on drop (panics included).
+pub struct Loop {
+    pub dev: PathBuf,
+}
+
+impl Loop {
+    /// Attach with partition scanning and the given logical sector size.
+    pub fn attach(file: &Path, sector_size: u32) -> Loop {
+        let size = sector_size.to_string();
+        let file = file.to_str().expect("utf-8 path");
+        let out = run("losetup", &["-f", "--show", "-P", "-b", &size, file]);
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(dev.starts_with("/dev/loop"), "losetup printed {dev:?}");
+        Loop { dev: PathBuf::from(dev) }
+    }
+
+    pub fn str(&self) -> &str {
+        self.dev.to_str().expect("utf-8 device path")
+    }
+
+    /// The node of partition `n` (/dev/loopNpM).
+    pub fn partition(&self, n: u32) -> PathBuf {
+        PathBuf::from(format!("{}p{n}", self.str()))
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
+    }
+}
+
+/// The blkalign binary under test.
+pub fn blkalign() -> assert_cmd::Command {
+    assert_cmd::Command::cargo_bin("blkalign").expect("binary built")
+}
