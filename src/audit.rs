@@ -1,0 +1,275 @@
+//! One audit per target: its topology and layout, judged start by start.
+
+use crate::align::{Class, Geometry, Verdict};
+use crate::device::{self, Overrides, SysRoot, Target, TargetKind, Topology};
+use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem};
+use serde::Serialize;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// How to judge.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    pub overrides: Overrides,
+    /// Believe a reported physical sector below 4096.
+    pub trust_kernel: bool,
+}
+
+/// What we know of the target's partition table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TableState {
+    Mbr,
+    Gpt,
+    None,
+    /// The table could not be read; partitions come from the kernel.
+    Unknown,
+}
+
+impl From<Label> for TableState {
+    fn from(label: Label) -> Self {
+        match label {
+            Label::Mbr => TableState::Mbr,
+            Label::Gpt => TableState::Gpt,
+            Label::None => TableState::None,
+        }
+    }
+}
+
+/// Where a partition's position was read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PartSource {
+    /// The partition table on the medium.
+    Table,
+    /// The kernel's view in sysfs (the medium was unreadable).
+    Kernel,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PartitionAudit {
+    pub partition: Partition,
+    pub source: PartSource,
+    pub verdict: Verdict,
+    /// The user named this partition.
+    pub selected: bool,
+}
+
+/// A table structure whose position is worth showing (EBRs, GPT arrays).
+#[derive(Clone, Debug, Serialize)]
+pub struct StructureAudit {
+    pub what: &'static str,
+    pub lba: u64,
+    pub aligned_physical: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskAudit {
+    pub path: PathBuf,
+    pub name: Option<String>,
+    pub kind: Option<TargetKind>,
+    pub topology: Option<Topology>,
+    pub geometry: Option<Geometry>,
+    pub table: TableState,
+    pub problems: Vec<Problem>,
+    pub partitions: Vec<PartitionAudit>,
+    pub structures: Vec<StructureAudit>,
+    pub gpt: Option<GptInfo>,
+    pub mbr: Option<MbrInfo>,
+    /// Why part of this target could not be checked.
+    pub error: Option<String>,
+}
+
+impl DiskAudit {
+    fn failed(path: &Path, error: String) -> DiskAudit {
+        DiskAudit { error: Some(error), ..DiskAudit::empty(path) }
+    }
+
+    fn empty(path: &Path) -> DiskAudit {
+        DiskAudit {
+            path: path.to_path_buf(),
+            name: None,
+            kind: None,
+            topology: None,
+            geometry: None,
+            table: TableState::Unknown,
+            problems: Vec::new(),
+            partitions: Vec::new(),
+            structures: Vec::new(),
+            gpt: None,
+            mbr: None,
+            error: None,
+        }
+    }
+
+    /// The worst verdict among data partitions (the extended container only
+    /// holds EBRs, so its own start costs nothing).
+    pub fn worst(&self) -> Option<Class> {
+        self.partitions
+            .iter()
+            .filter(|p| p.partition.kind != PartKind::Extended)
+            .map(|p| p.verdict.verdict)
+            .max()
+    }
+}
+
+/// Audit every whole disk on this machine.
+pub fn audit_machine(root: &SysRoot, opts: &Options) -> Result<Vec<DiskAudit>, device::DeviceError> {
+    Ok(device::list_disks(root)?.iter().map(|t| audit_target(root, t, opts)).collect())
+}
+
+/// Audit what the user named: a disk, a partition (its disk) or an image.
+pub fn audit_path(root: &SysRoot, path: &Path, opts: &Options) -> DiskAudit {
+    match device::resolve(root, path) {
+        Ok(target) => audit_target(root, &target, opts),
+        Err(err) => DiskAudit::failed(path, err.to_string()),
+    }
+}
+
+pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudit {
+    let mut audit = DiskAudit::empty(&target.path);
+    audit.name = target.name.clone();
+    audit.kind = Some(target.kind);
+    let file = device::open(target);
+    let topology = match device::topology(root, target, file.as_ref().ok(), &opts.overrides) {
+        Ok(t) => t,
+        Err(err) => {
+            audit.error = Some(err.to_string());
+            return audit;
+        }
+    };
+    let geometry = Geometry::new(
+        topology.logical_sector_size.value,
+        topology.physical_sector_size.value,
+        topology.alignment_offset.value,
+        topology.optimal_io_size.map(|s| s.value),
+        opts.trust_kernel,
+    );
+    let logical = topology.logical_sector_size.value;
+    let found = match &file {
+        Ok(file) => read_table(&mut audit, file, &topology),
+        Err(err) => {
+            audit.error = Some(format!("unreadable: {err}"));
+            kernel_partitions(root, target, logical)
+        }
+    };
+    if file.is_ok() && target.kind == TargetKind::Disk {
+        check_kernel_view(&mut audit, &found, root, target, logical);
+    }
+    judge(&mut audit, found, &geometry, target.selected_partition);
+    audit.topology = Some(topology);
+    audit.geometry = Some(geometry);
+    audit
+}
+
+/// Read the table into `audit`, returning its partitions.
+fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Vec<Partition> {
+    let sector = topology.logical_sector_size.value;
+    match table::read(file, sector, topology.size_bytes) {
+        Ok(layout) => {
+            audit.table = layout.label.into();
+            audit.problems = layout.problems;
+            audit.gpt = layout.gpt;
+            audit.mbr = layout.mbr;
+            layout.partitions
+        }
+        Err(err) => {
+            audit.error = Some(err.to_string());
+            Vec::new()
+        }
+    }
+}
+
+/// The kernel's partitions, for a disk whose medium cannot be read.
+fn kernel_partitions(root: &SysRoot, target: &Target, logical: u64) -> Vec<Partition> {
+    let Some(name) = &target.name else { return Vec::new() };
+    device::kernel_partitions(root, name)
+        .into_iter()
+        .map(|k| Partition {
+            number: k.number,
+            start: k.start_bytes / logical,
+            size: k.size_bytes / logical,
+            kind: PartKind::Unknown,
+            type_id: String::new(),
+            name: None,
+            ebr: None,
+        })
+        .collect()
+}
+
+/// Compare the table on the medium with what the kernel is using: they
+/// differ after an edit the kernel has not re-read.
+fn check_kernel_view(
+    audit: &mut DiskAudit,
+    found: &[Partition],
+    root: &SysRoot,
+    target: &Target,
+    logical: u64,
+) {
+    let Some(name) = &target.name else { return };
+    if !matches!(audit.table, TableState::Mbr | TableState::Gpt) {
+        return;
+    }
+    let (extended, data): (Vec<&Partition>, Vec<&Partition>) =
+        found.iter().partition(|p| p.kind == PartKind::Extended);
+    let mut ours: Vec<(u32, u64, u64)> = data
+        .iter()
+        .filter_map(|p| Some((p.number, p.start.checked_mul(logical)?, p.size.checked_mul(logical)?)))
+        .collect();
+    let extended: Vec<u32> = extended.iter().map(|p| p.number).collect();
+    let mut kernel: Vec<(u32, u64, u64)> = device::kernel_partitions(root, name)
+        .into_iter()
+        .filter(|k| !extended.contains(&k.number))
+        .map(|k| (k.number, k.start_bytes, k.size_bytes))
+        .collect();
+    ours.sort_unstable();
+    kernel.sort_unstable();
+    if ours != kernel {
+        audit.problems.push(Problem::new(
+            "kernel_differs",
+            "the kernel's partitions differ from the table on the disk: \
+             the table changed and was not re-read (partprobe or reboot)",
+        ));
+    }
+}
+
+fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, selected: Option<u32>) {
+    let source = if audit.table == TableState::Unknown { PartSource::Kernel } else { PartSource::Table };
+    for partition in found {
+        let Some(verdict) = geometry.judge(partition.start, partition.size) else {
+            audit.problems.push(Problem::new(
+                "position_overflow",
+                format!("partition {} lies beyond any addressable byte", partition.number),
+            ));
+            continue;
+        };
+        let selected = selected == Some(partition.number);
+        audit.partitions.push(PartitionAudit { partition, source, verdict, selected });
+    }
+    if let Some(n) = selected.filter(|n| !audit.partitions.iter().any(|p| p.partition.number == *n)) {
+        audit.problems.push(Problem::new(
+            "selected_not_in_table",
+            format!("partition {n} is known to the kernel but not found in the table"),
+        ));
+    }
+    audit.structures = structures(audit, geometry);
+}
+
+/// EBRs, the GPT entry array and the first usable LBA, with their alignment.
+fn structures(audit: &DiskAudit, geometry: &Geometry) -> Vec<StructureAudit> {
+    let mut found: Vec<(&'static str, u64)> = Vec::new();
+    if let Some(mbr) = &audit.mbr {
+        found.extend(mbr.ebrs.iter().map(|&lba| ("ebr", lba)));
+    }
+    if let Some(gpt) = &audit.gpt {
+        found.push(("gpt_entries", gpt.entries_lba));
+        found.push(("gpt_first_usable", gpt.first_usable_lba));
+    }
+    found
+        .into_iter()
+        .filter_map(|(what, lba)| {
+            let v = geometry.judge(lba, 1)?;
+            Some(StructureAudit { what, lba, aligned_physical: v.aligned_physical })
+        })
+        .collect()
+}

@@ -1,8 +1,102 @@
-//! `blkalign audit` (being written).
+//! `blkalign audit`: report the alignment of every partition.
+
+use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
+use blkalign::align::Class;
+use blkalign::audit::{self, DiskAudit, Options};
+use blkalign::device::{Overrides, SysRoot};
+use blkalign::report;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Prometheus,
+}
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Whole disks (/dev/sda), partitions (audits their disk, highlights the
+    /// partition) or disk-image files. Default: every disk on this machine.
+    targets: Vec<PathBuf>,
 
-pub fn run(_args: Args, _sysfs_root: Option<std::path::PathBuf>) -> anyhow::Result<u8> {
-    anyhow::bail!("audit is not built yet")
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+
+    /// Shorthand for --format json.
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
+
+    /// Exit 1 for suboptimal starts too (off the optimal I/O size or 1 MiB).
+    #[arg(long)]
+    strict: bool,
+
+    /// Believe a reported physical sector below 4096 instead of assuming 4096.
+    #[arg(long)]
+    trust_kernel: bool,
+
+    /// Treat every target as having this logical sector size (bytes).
+    #[arg(long, value_name = "BYTES")]
+    logical_sector_size: Option<u64>,
+
+    /// Treat every target as having this physical sector size (bytes).
+    #[arg(long, value_name = "BYTES")]
+    physical_sector_size: Option<u64>,
+
+    /// Treat every target as having this alignment offset (bytes).
+    #[arg(long, value_name = "BYTES")]
+    alignment_offset: Option<u64>,
+}
+
+pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
+    let opts = Options {
+        overrides: Overrides {
+            logical_sector_size: args.logical_sector_size,
+            physical_sector_size: args.physical_sector_size,
+            alignment_offset: args.alignment_offset,
+        },
+        trust_kernel: args.trust_kernel,
+    };
+    let audits = if args.targets.is_empty() {
+        audit::audit_machine(&root, &opts)?
+    } else {
+        args.targets.iter().map(|t| audit::audit_path(&root, t, &opts)).collect()
+    };
+    let format = if args.json { Format::Json } else { args.format };
+    let text = match format {
+        Format::Table => report::human(&audits, color_wanted()),
+        Format::Json => report::json(&audits),
+        Format::Prometheus => report::prometheus(&audits, now()),
+    };
+    std::io::stdout().lock().write_all(text.as_bytes())?;
+    for a in audits.iter().filter(|a| a.error.is_some()) {
+        eprintln!("blkalign: {}: {}", a.path.display(), a.error.as_deref().unwrap_or_default());
+    }
+    Ok(exit_code(&audits, args.strict))
+}
+
+/// 2 if anything could not be checked, else 1 if anything is misaligned
+/// (or, with --strict, suboptimal), else 0.
+fn exit_code(audits: &[DiskAudit], strict: bool) -> u8 {
+    if audits.iter().any(|a| a.error.is_some()) {
+        return EXIT_ERROR;
+    }
+    let worst = audits.iter().filter_map(DiskAudit::worst).max();
+    match worst {
+        Some(Class::Misaligned) => EXIT_PROBLEM,
+        Some(Class::Suboptimal) if strict => EXIT_PROBLEM,
+        _ => EXIT_OK,
+    }
+}
+
+fn color_wanted() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+fn now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
 }
