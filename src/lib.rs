@@ -9,5 +9,6 @@ pub mod align;
 pub mod audit;
 pub mod device;
 pub mod emulate;
+pub mod plan;
 pub mod report;
 pub mod table;

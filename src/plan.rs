@@ -1,0 +1,443 @@
+//! Planning aligned partition tables: where each partition of a request
+//! goes, before anything is written.
+
+use crate::align::{align_down, align_up, lcm, MIB};
+use serde::Serialize;
+
+/// Sectors per cylinder in the 224-head, 56-sector geometry: cylinder (and
+/// track) boundaries then fall on 4 KiB, pleasing old operating systems and
+/// Advanced Format drives alike.
+pub const CYLINDER_SECTORS: u64 = 224 * 56;
+const TRACK_SECTORS: u64 = 56;
+
+/// MBR fields are 32-bit sector counts.
+const MBR_LIMIT: u64 = u32::MAX as u64;
+
+/// GPT entry array: 128 entries of 128 bytes, as every tool writes it.
+pub const GPT_ENTRIES_BYTES: u64 = 128 * 128;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Label {
+    Gpt,
+    Mbr,
+}
+
+/// How starts are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Align {
+    /// lcm(1 MiB, optimal I/O, physical sector).
+    Optimal,
+    /// The effective physical sector.
+    Minimal,
+    /// An explicit grain in bytes.
+    Bytes(u64),
+}
+
+/// How big a requested partition is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Size {
+    Bytes(u64),
+    /// Per cent of the whole disk.
+    Percent(u64),
+    /// Everything left.
+    Rest,
+}
+
+/// One partition as asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub size: Size,
+    pub type_id: String,
+    pub name: Option<String>,
+}
+
+/// The disk a plan is made for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Disk {
+    pub size_bytes: u64,
+    pub logical: u64,
+    /// The effective physical sector.
+    pub physical: u64,
+    pub alignment_offset: u64,
+    pub optimal_io: Option<u64>,
+}
+
+/// Where a planned partition sits in its table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Primary,
+    Extended,
+    Logical,
+    Gpt,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Planned {
+    pub number: u32,
+    pub start: u64,
+    pub size: u64,
+    pub role: Role,
+    pub type_id: String,
+    pub name: Option<String>,
+    /// For logical partitions: the LBA of their EBR.
+    pub ebr: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Plan {
+    pub label: Label,
+    pub sector_size: u64,
+    pub total_sectors: u64,
+    pub grain_bytes: u64,
+    pub first_usable_lba: u64,
+    pub last_usable_lba: u64,
+    pub partitions: Vec<Planned>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PlanError {
+    #[error("no partitions requested")]
+    Empty,
+    #[error("invalid alignment grain {0}: it must be a positive multiple of the {1}-byte logical sector")]
+    Grain(u64, u64),
+    #[error("an MBR cannot address this disk: {0} sectors of {1} bytes exceed the 2^32-sector limit (use --label gpt)")]
+    MbrTooLarge(u64, u64),
+    #[error("partition {0} does not fit: it needs {1} sectors from LBA {2}, and the last usable LBA is {3}")]
+    NoRoom(usize, u64, u64, u64),
+    #[error("only the last partition may be `rest`")]
+    RestNotLast,
+    #[error("a percentage must be between 1 and 100, not {0}")]
+    Percent(u64),
+    #[error("--cylinder-compatible needs 512-byte logical sectors")]
+    Cylinder,
+    #[error("the disk is too small for a {0:?} table")]
+    TooSmall(Label),
+}
+
+/// The grain in bytes for `align` on `disk`.
+pub fn grain(disk: &Disk, align: Align) -> Result<u64, PlanError> {
+    let g = match align {
+        Align::Minimal => Some(disk.physical.max(disk.logical)),
+        Align::Bytes(b) => Some(b),
+        Align::Optimal => {
+            let io = disk.optimal_io.unwrap_or(disk.physical);
+            lcm(MIB, io).and_then(|g| lcm(g, disk.physical))
+        }
+    };
+    match g {
+        Some(g) if g > 0 && g % disk.logical == 0 => Ok(g),
+        other => Err(PlanError::Grain(other.unwrap_or(0), disk.logical)),
+    }
+}
+
+/// Lay out `requests` on `disk`: every start on the grain (counted from the
+/// alignment offset), in request order, without gaps beyond alignment.
+pub fn plan(
+    disk: &Disk,
+    label: Label,
+    align: Align,
+    cylinder_compatible: bool,
+    requests: &[Request],
+) -> Result<Plan, PlanError> {
+    if requests.is_empty() {
+        return Err(PlanError::Empty);
+    }
+    if requests.iter().rev().skip(1).any(|r| r.size == Size::Rest) {
+        return Err(PlanError::RestNotLast);
+    }
+    let mut grain_bytes = grain(disk, align)?;
+    if cylinder_compatible {
+        if disk.logical != 512 {
+            return Err(PlanError::Cylinder);
+        }
+        grain_bytes = lcm(grain_bytes, CYLINDER_SECTORS * 512).ok_or(PlanError::Grain(grain_bytes, 512))?;
+    }
+    let total = disk.size_bytes / disk.logical;
+    let (first_usable, last_usable) = usable(label, total, disk.logical)?;
+    let mut layout = Layouter {
+        disk,
+        grain: grain_bytes,
+        cursor: first_usable,
+        last: last_usable,
+        total,
+        first: cylinder_compatible.then_some(TRACK_SECTORS),
+    };
+    let partitions = match label {
+        Label::Gpt => layout.gpt(requests)?,
+        Label::Mbr => layout.mbr(requests)?,
+    };
+    Ok(Plan {
+        label,
+        sector_size: disk.logical,
+        total_sectors: total,
+        grain_bytes,
+        first_usable_lba: first_usable,
+        last_usable_lba: last_usable,
+        partitions,
+    })
+}
+
+/// First and last LBA a partition may use.
+fn usable(label: Label, total: u64, logical: u64) -> Result<(u64, u64), PlanError> {
+    match label {
+        Label::Gpt => {
+            let array = GPT_ENTRIES_BYTES.div_ceil(logical);
+            let first = 2 + array;
+            let last = total.checked_sub(2 + array).filter(|&l| l > first);
+            last.map(|l| (first, l)).ok_or(PlanError::TooSmall(label))
+        }
+        Label::Mbr => {
+            if total > MBR_LIMIT + 1 {
+                return Err(PlanError::MbrTooLarge(total, logical));
+            }
+            let last = total.checked_sub(1).filter(|&l| l > 1);
+            last.map(|l| (1, l)).ok_or(PlanError::TooSmall(label))
+        }
+    }
+}
+
+struct Layouter<'a> {
+    disk: &'a Disk,
+    grain: u64,
+    /// The first LBA not yet used.
+    cursor: u64,
+    last: u64,
+    total: u64,
+    /// A fixed first start (the track-1 start of cylinder-compatible MBRs).
+    first: Option<u64>,
+}
+
+impl Layouter<'_> {
+    fn gpt(&mut self, requests: &[Request]) -> Result<Vec<Planned>, PlanError> {
+        let mut out = Vec::new();
+        for (i, r) in requests.iter().enumerate() {
+            let start = self.next_start(self.cursor);
+            let size = self.size_at(i, r.size, start)?;
+            self.cursor = start + size;
+            out.push(planned(i as u32 + 1, start, size, Role::Gpt, r, None));
+        }
+        Ok(out)
+    }
+
+    fn mbr(&mut self, requests: &[Request]) -> Result<Vec<Planned>, PlanError> {
+        // Leave the first grain for the MBR and a boot loader.
+        self.cursor = self.cursor.max(self.grain / self.disk.logical);
+        let primaries = if requests.len() > 4 { 3 } else { requests.len() };
+        let mut out = Vec::new();
+        for (i, r) in requests.iter().take(primaries).enumerate() {
+            let start = match self.first.take() {
+                Some(fixed) if i == 0 => fixed,
+                _ => self.next_start(self.cursor),
+            };
+            let size = self.size_at(i, r.size, start)?;
+            self.cursor = start + size;
+            out.push(planned(i as u32 + 1, start, size, Role::Primary, r, None));
+        }
+        if requests.len() > 4 {
+            self.logicals(&requests[3..], &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// An extended partition holding one EBR and one logical per request,
+    /// each logical on the grain, its EBR in the sector run before it.
+    fn logicals(&mut self, requests: &[Request], out: &mut Vec<Planned>) -> Result<(), PlanError> {
+        let ext_start = self.next_start(self.cursor);
+        let ext_index = out.len();
+        let mut ebr = ext_start;
+        for (i, r) in requests.iter().enumerate() {
+            let start = self.next_start(ebr + 1);
+            let size = self.size_at(ext_index + 1 + i, r.size, start)?;
+            out.push(planned(5 + i as u32, start, size, Role::Logical, r, Some(ebr)));
+            self.cursor = start + size;
+            ebr = self.cursor;
+        }
+        let ext = Request { size: Size::Rest, type_id: "0x05".into(), name: None };
+        out.insert(ext_index, planned(4, ext_start, self.cursor - ext_start, Role::Extended, &ext, None));
+        Ok(())
+    }
+
+    /// The first grain boundary at or after `lba`.
+    fn next_start(&self, lba: u64) -> u64 {
+        let bytes = lba.saturating_mul(self.disk.logical);
+        align_up(bytes, self.grain, self.disk.alignment_offset).map_or(u64::MAX, |b| b.div_ceil(self.disk.logical))
+    }
+
+    /// Sectors for request `index` starting at `start`: fixed sizes exact,
+    /// `rest` to the last usable LBA, ends kept before the last usable.
+    fn size_at(&self, index: usize, size: Size, start: u64) -> Result<u64, PlanError> {
+        let logical = self.disk.logical;
+        let wanted = match size {
+            Size::Bytes(b) => b.div_ceil(logical),
+            Size::Percent(p) if (1..=100).contains(&p) => {
+                let bytes = u128::from(self.total) * u128::from(logical) * u128::from(p) / 100;
+                let rounded = align_down(u64::try_from(bytes).unwrap_or(u64::MAX), self.grain, 0).unwrap_or(0);
+                rounded / logical
+            }
+            Size::Percent(p) => return Err(PlanError::Percent(p)),
+            Size::Rest => self.last.saturating_add(1).saturating_sub(start),
+        };
+        let end = start.checked_add(wanted).filter(|&e| wanted > 0 && e <= self.last + 1);
+        end.map(|_| wanted).ok_or(PlanError::NoRoom(index + 1, wanted, start, self.last))
+    }
+}
+
+fn planned(number: u32, start: u64, size: u64, role: Role, r: &Request, ebr: Option<u64>) -> Planned {
+    Planned { number, start, size, role, type_id: r.type_id.clone(), name: r.name.clone(), ebr }
+}
+
+/// Parse a size: "512MiB", "20G", "4096", "25%", "rest".
+pub fn parse_size(text: &str) -> Result<Size, String> {
+    let t = text.trim();
+    if t.eq_ignore_ascii_case("rest") || t == "+" {
+        return Ok(Size::Rest);
+    }
+    if let Some(p) = t.strip_suffix('%') {
+        return p.trim().parse().map(Size::Percent).map_err(|_| format!("bad percentage {text:?}"));
+    }
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| format!("bad size {text:?}"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" | "kb" => 10,
+        "m" | "mib" | "mb" => 20,
+        "g" | "gib" | "gb" => 30,
+        "t" | "tib" | "tb" => 40,
+        "s" => return n.checked_mul(512).map(Size::Bytes).ok_or(format!("size {text:?} overflows")),
+        other => return Err(format!("unknown unit {other:?} in {text:?} (use KiB, MiB, GiB, TiB, %, rest)")),
+    };
+    n.checked_mul(1 << shift).map(Size::Bytes).ok_or(format!("size {text:?} overflows"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::align::is_aligned;
+    use proptest::prelude::*;
+
+    fn disk(size: u64, logical: u64) -> Disk {
+        Disk { size_bytes: size, logical, physical: 4096, alignment_offset: 0, optimal_io: None }
+    }
+
+    fn req(size: Size) -> Request {
+        Request { size, type_id: "linux".into(), name: None }
+    }
+
+    #[test]
+    fn gpt_first_partition_at_1mib() {
+        let p = plan(&disk(1 << 30, 512), Label::Gpt, Align::Optimal, false, &[req(Size::Bytes(MIB)), req(Size::Rest)]).unwrap();
+        assert_eq!((p.first_usable_lba, p.last_usable_lba), (34, (1 << 21) - 34));
+        assert_eq!((p.partitions[0].start, p.partitions[0].size), (2048, 2048));
+        assert_eq!(p.partitions[1].start, 4096);
+        assert_eq!(p.partitions[1].start + p.partitions[1].size - 1, p.last_usable_lba);
+    }
+
+    #[test]
+    fn gpt_on_4kn_and_minimal() {
+        let p = plan(&disk(1 << 30, 4096), Label::Gpt, Align::Minimal, false, &[req(Size::Bytes(MIB))]).unwrap();
+        assert_eq!((p.first_usable_lba, p.partitions[0].start), (6, 6));
+        let p = plan(&disk(1 << 30, 512), Label::Gpt, Align::Minimal, false, &[req(Size::Bytes(MIB))]).unwrap();
+        assert_eq!(p.partitions[0].start, 40);
+    }
+
+    #[test]
+    fn alignment_offset_is_honoured() {
+        let d = Disk { alignment_offset: 3584, ..disk(1 << 30, 512) };
+        let p = plan(&d, Label::Mbr, Align::Minimal, false, &[req(Size::Bytes(MIB)), req(Size::Rest)]).unwrap();
+        assert_eq!(p.partitions[0].start, 15, "LBA 7 + 8k, past the first grain");
+        assert!(p.partitions.iter().all(|x| is_aligned(x.start * 512, 4096, 3584)));
+    }
+
+    #[test]
+    fn mbr_logicals_each_aligned_with_their_ebr_before() {
+        let reqs: Vec<Request> = (0..6).map(|_| req(Size::Bytes(4 * MIB))).collect();
+        let p = plan(&disk(1 << 30, 512), Label::Mbr, Align::Optimal, false, &reqs).unwrap();
+        let numbers: Vec<u32> = p.partitions.iter().map(|x| x.number).collect();
+        assert_eq!(numbers, [1, 2, 3, 4, 5, 6, 7]);
+        let ext = &p.partitions[3];
+        assert_eq!(ext.role, Role::Extended);
+        for l in &p.partitions[4..] {
+            assert_eq!(l.role, Role::Logical);
+            assert_eq!(l.start % 2048, 0);
+            let ebr = l.ebr.unwrap();
+            assert!(ebr < l.start && ebr >= ext.start && l.start + l.size <= ext.start + ext.size);
+        }
+        assert_eq!(p.partitions[4].ebr, Some(ext.start));
+    }
+
+    #[test]
+    fn mbr_limits() {
+        let big = disk(3 << 40, 512);
+        assert!(matches!(plan(&big, Label::Mbr, Align::Optimal, false, &[req(Size::Rest)]), Err(PlanError::MbrTooLarge(..))));
+        let fits = plan(&disk(3 << 40, 4096), Label::Mbr, Align::Optimal, false, &[req(Size::Rest)]);
+        assert!(fits.is_ok(), "4096-byte sectors address 16 TiB: {fits:?}");
+    }
+
+    #[test]
+    fn no_room_and_bad_requests() {
+        let d = disk(64 * MIB, 512);
+        assert!(matches!(plan(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Bytes(64 * MIB))]), Err(PlanError::NoRoom(1, ..))));
+        assert_eq!(plan(&d, Label::Gpt, Align::Optimal, false, &[]), Err(PlanError::Empty));
+        assert_eq!(plan(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Rest), req(Size::Bytes(1))]), Err(PlanError::RestNotLast));
+        assert_eq!(plan(&d, Label::Gpt, Align::Bytes(1000), false, &[req(Size::Rest)]), Err(PlanError::Grain(1000, 512)));
+    }
+
+    #[test]
+    fn cylinder_compatible_mbr() {
+        let p = plan(&disk(1 << 30, 512), Label::Mbr, Align::Minimal, true, &[req(Size::Bytes(MIB)), req(Size::Bytes(MIB))]).unwrap();
+        assert_eq!(p.partitions[0].start, 56);
+        assert_eq!(p.partitions[1].start, CYLINDER_SECTORS);
+        assert!(p.partitions.iter().all(|x| x.start % 8 == 0));
+    }
+
+    #[test]
+    fn optimal_io_joins_the_grain() {
+        let d = Disk { optimal_io: Some(3 * MIB), ..disk(1 << 30, 512) };
+        assert_eq!(grain(&d, Align::Optimal), Ok(3 * MIB));
+        let p = plan(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Rest)]).unwrap();
+        assert_eq!(p.partitions[0].start, 3 * MIB / 512);
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("512MiB"), Ok(Size::Bytes(512 * MIB)));
+        assert_eq!(parse_size("2G"), Ok(Size::Bytes(2 << 30)));
+        assert_eq!(parse_size("1t"), Ok(Size::Bytes(1 << 40)));
+        assert_eq!(parse_size("4096"), Ok(Size::Bytes(4096)));
+        assert_eq!(parse_size("2048s"), Ok(Size::Bytes(MIB)));
+        assert_eq!(parse_size("25%"), Ok(Size::Percent(25)));
+        assert_eq!(parse_size("rest"), Ok(Size::Rest));
+        assert!(parse_size("12parsecs").is_err());
+        assert!(parse_size("99999999999T").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn every_plan_is_aligned_ordered_and_inside(
+            sizes in proptest::collection::vec(1u64..64, 1..9),
+            logical in prop_oneof![Just(512u64), Just(4096u64)],
+            gpt in any::<bool>(),
+            offset_sectors in 0u64..8,
+        ) {
+            let offset = if logical == 512 { offset_sectors * 512 } else { 0 };
+            let d = Disk { size_bytes: 2 << 30, logical, physical: 4096, alignment_offset: offset, optimal_io: None };
+            let reqs: Vec<Request> = sizes.iter().map(|s| req(Size::Bytes(s * MIB))).collect();
+            let label = if gpt { Label::Gpt } else { Label::Mbr };
+            let p = plan(&d, label, Align::Optimal, false, &reqs).unwrap();
+            let data: Vec<&Planned> = p.partitions.iter().filter(|x| x.role != Role::Extended).collect();
+            prop_assert_eq!(data.len(), reqs.len());
+            for (x, s) in data.iter().zip(&sizes) {
+                prop_assert!(is_aligned(x.start * logical, MIB, offset));
+                prop_assert_eq!(x.size * logical, s * MIB);
+                prop_assert!(x.start >= p.first_usable_lba && x.start + x.size - 1 <= p.last_usable_lba);
+            }
+            for w in data.windows(2) {
+                prop_assert!(w[0].start + w[0].size <= w[1].ebr.unwrap_or(w[1].start));
+            }
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The audit command as users meet it: exit codes, JSON and Prometheus
+//! shapes, bad input, fixtures of real drive families.
+
+mod common;
+
+use common::{blkalign, needs, Image};
+use serde_json::Value;
+use std::path::Path;
+
+fn json_of(out: &[u8]) -> Value {
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
+}
+
+fn audit_json(args: &[&str]) -> (i32, Value) {
+    let out = blkalign().arg("audit").arg("--json").args(args).output().expect("run");
+    (out.status.code().expect("exit code"), json_of(&out.stdout))
+}
+
+#[test]
+fn missing_file_is_an_error_not_a_finding() {
+    let out = blkalign().args(["audit", "/nonexistent/disk.img"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/disk.img"), "{err}");
+}
+
+#[test]
+fn random_bytes_have_no_table() {
+    let image = Image::new(1 << 20);
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    let bytes: Vec<u8> = (0..1 << 20)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect();
+    std::fs::write(&image.path, bytes).expect("write");
+    let (code, doc) = audit_json(&[image.str()]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["targets"][0]["table"], "none");
+    assert_eq!(doc["targets"][0]["partitions"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn empty_file_is_reported_not_panicked() {
+    let image = Image::new(0);
+    let out = blkalign().args(["audit", image.str()]).output().expect("run");
+    assert!(matches!(out.status.code(), Some(0) | Some(2)), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
+}
+
+#[test]
+fn lba_63_is_misaligned_and_2048_aligned() {
+    if !needs(false, &["sfdisk"]) {
+        return;
+    }
+    let old = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=20000, type=83\n");
+    let (code, doc) = audit_json(&[old.str()]);
+    assert_eq!(code, 1, "{doc}");
+    let p = &doc["targets"][0]["partitions"][0];
+    assert_eq!((p["number"].as_u64(), p["start"].as_u64(), p["start_bytes"].as_u64()), (Some(1), Some(63), Some(32256)));
+    assert_eq!(p["verdict"], "misaligned");
+    assert_eq!(p["aligned_physical"], false);
+    assert_eq!(p["nearest_aligned_before"], 56);
+    assert_eq!(p["nearest_aligned_after"], 64);
+
+    let new = Image::sfdisk(64 << 20, "label: dos\nstart=2048, size=20000, type=83\n");
+    let (code, doc) = audit_json(&[new.str()]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["targets"][0]["partitions"][0]["verdict"], "aligned");
+}
+
+#[test]
+fn json_contract_shape() {
+    if !needs(false, &["sfdisk"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 << 20, "label: gpt\nstart=40, size=4000\nstart=8192, size=8192\n");
+    let (code, doc) = audit_json(&[image.str()]);
+    assert_eq!(code, 0, "suboptimal is not a failure without --strict: {doc}");
+    assert_eq!(doc["version"], 1);
+    let t = &doc["targets"][0];
+    for key in ["path", "size_bytes", "logical_sector_size", "physical_sector_size", "physical_sector_source", "alignment_offset", "optimal_io_size", "table", "problems", "partitions"] {
+        assert!(t.get(key).is_some(), "target lacks {key}: {t}");
+    }
+    assert_eq!(t["table"], "gpt");
+    assert_eq!(t["size_bytes"], 64 << 20);
+    assert_eq!(t["logical_sector_size"], 512);
+    assert!(t["problems"].is_array());
+    let parts = t["partitions"].as_array().expect("partitions");
+    assert_eq!(parts.len(), 2);
+    for p in parts {
+        for key in ["number", "start", "size", "start_bytes", "aligned_physical", "aligned_optimal", "aligned_1mib", "verdict"] {
+            assert!(p.get(key).is_some(), "partition lacks {key}: {p}");
+        }
+        assert!(p["aligned_optimal"].is_null(), "an image reports no optimal I/O");
+    }
+    assert_eq!(parts[0]["verdict"], "suboptimal");
+    assert_eq!(parts[1]["verdict"], "aligned");
+    let strict = blkalign().args(["audit", "--strict", image.str()]).output().expect("run");
+    assert_eq!(strict.status.code(), Some(1));
+}
+
+#[test]
+fn prometheus_shape() {
+    if !needs(false, &["sfdisk"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=2000\nstart=2048, size=2048\n");
+    let out = blkalign().args(["audit", "--format", "prometheus", image.str()]).output().expect("run");
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    for family in ["blkalign_partition_misaligned", "blkalign_partition_start_bytes", "blkalign_disk_physical_sector_bytes", "blkalign_audit_timestamp_seconds"] {
+        assert!(text.contains(&format!("# HELP {family} ")), "{text}");
+        assert!(text.contains(&format!("# TYPE {family} gauge")), "{text}");
+    }
+    let dev = image.str();
+    assert!(text.contains(&format!("blkalign_partition_misaligned{{device=\"{dev}\",partition=\"1\"}} 1")), "{text}");
+    assert!(text.contains(&format!("blkalign_partition_misaligned{{device=\"{dev}\",partition=\"2\"}} 0")), "{text}");
+    assert!(text.contains(&format!("blkalign_partition_start_bytes{{device=\"{dev}\",partition=\"1\"}} 32256")), "{text}");
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let value = line.rsplit(' ').next().expect("value");
+        assert!(value.parse::<f64>().is_ok(), "bad sample line {line}");
+    }
+}
+
+#[test]
+fn human_output_is_plain_when_piped() {
+    if !needs(false, &["sfdisk"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=2000\n");
+    let out = blkalign().args(["audit", image.str()]).output().expect("run");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(!text.contains('\u{1b}'), "escape codes in piped output: {text:?}");
+    assert!(text.contains("misaligned"), "{text}");
+    assert!(text.contains("straddles 2 physical sectors"), "{text}");
+    assert!(text.contains("summary: MISALIGNED"), "{text}");
+}
+
+#[test]
+fn overrides_change_the_judgement() {
+    if !needs(false, &["sfdisk"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=2000\n");
+    let (code, doc) = audit_json(&["--alignment-offset", "3584", "--physical-sector-size", "4096", image.str()]);
+    assert_eq!(code, 0, "LBA 63 is aligned on a jumpered drive: {doc}");
+    assert_eq!(doc["targets"][0]["alignment_offset"], 3584);
+    assert_eq!(doc["targets"][0]["physical_sector_source"], "override");
+    let (code, _) = audit_json(&["--trust-kernel", "--physical-sector-size", "512", image.str()]);
+    assert_eq!(code, 0, "a genuine 512-byte drive does not care");
+    let bad = blkalign().args(["audit", "--physical-sector-size", "1000", image.str()]).output().expect("run");
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
+fn no_argument_run_lists_this_machine() {
+    let out = blkalign().args(["audit", "--json"]).output().expect("run");
+    let code = out.status.code().expect("exit code");
+    assert!((0..=2).contains(&code), "{out:?}");
+    let doc = json_of(&out.stdout);
+    let targets = doc["targets"].as_array().expect("targets");
+    let disks = std::fs::read_dir("/sys/block")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    !name.starts_with("ram") && !name.starts_with("zram") && !name.starts_with("loop")
+                })
+                .filter(|e| std::fs::read_to_string(e.path().join("size")).is_ok_and(|s| s.trim() != "0"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert!(targets.len() >= disks, "{} targets for {disks} disks: {doc}", targets.len());
+    for t in targets {
+        assert!(t["path"].as_str().is_some_and(|p| p.starts_with("/dev/")), "{t}");
+        assert!(t["logical_sector_size"].as_u64().is_some(), "sysfs topology even when unreadable: {t}");
+    }
+}
+
+/// Audit a fixture disk, with `image` (if any) as the content of its node.
+fn fixture_audit(fixture: &str, disk: &str, image: Option<&Path>) -> (i32, Value) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(fixture);
+    common::run("cp", &["-a", &format!("{}/.", src.display()), dir.path().to_str().expect("utf-8")]);
+    std::fs::create_dir_all(dir.path().join("dev")).expect("dev dir");
+    if let Some(image) = image {
+        std::fs::copy(image, dir.path().join("dev").join(disk)).expect("copy image");
+    }
+    let sys = dir.path().join("sys");
+    let out = blkalign()
+        .args(["--sysfs-root", sys.to_str().expect("utf-8"), "audit", "--json"])
+        .output()
+        .expect("run");
+    let code = out.status.code().expect("exit code");
+    let doc = json_of(&out.stdout);
+    let target = doc["targets"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["name"] == disk).cloned())
+        .unwrap_or_else(|| panic!("{disk} not listed: {doc}"));
+    (code, target)
+}
+
+#[test]
+fn lying_wd_ears_is_caught_by_the_quirk_table() {
+    if !needs(false, &["sfdisk"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=2000\n");
+    let (code, t) = fixture_audit("wd-ears-lying", "sda", Some(&image.path));
+    assert_eq!(code, 1, "{t}");
+    assert_eq!(t["physical_sector_size"], 4096);
+    assert_eq!(t["physical_sector_source"], "quirk");
+    assert_eq!(t["partitions"][0]["verdict"], "misaligned");
+}
+
+#[test]
+fn unreadable_disk_still_shows_kernel_topology_and_partitions() {
+    let (code, t) = fixture_audit("sata-512e", "sda", None);
+    assert_eq!(code, 2, "an unreadable disk is an error: {t}");
+    assert_eq!(t["physical_sector_size"], 4096);
+    assert_eq!(t["physical_sector_source"], "kernel");
+    assert_eq!(t["table"], "unknown");
+    assert!(t["error"].as_str().is_some(), "{t}");
+    let parts = t["partitions"].as_array().expect("partitions");
+    assert_eq!(parts.len(), 2, "{t}");
+    assert_eq!(parts[0]["source"], "kernel");
+    assert_eq!(parts[0]["start"], 2048);
+}
+
+#[test]
+fn jumpered_drive_makes_63_aligned() {
+    let (_, t) = fixture_audit("jumpered", "sda", None);
+    assert_eq!(t["alignment_offset"], 3584);
+    assert_eq!(t["partitions"][0]["start"], 63);
+    assert_eq!(t["partitions"][0]["aligned_physical"], true);
+}
+
+#[test]
+fn usb_bridge_bogus_optimal_io_is_neutralised() {
+    let (_, t) = fixture_audit("usb-bridge", "sdb", None);
+    assert!(t["optimal_io_size"].is_null(), "{t}");
+    assert!(t["notes"].to_string().contains("33553920"), "{t}");
+}
+
+#[test]
+fn nvme_optimal_io_is_used() {
+    let (_, t) = fixture_audit("nvme-optimal", "nvme0n1", None);
+    assert_eq!(t["optimal_io_size"], 131072);
+    assert_eq!(t["partitions"][0]["aligned_optimal"], true);
+}
+
+#[test]
+fn four_kn_fixture() {
+    let (_, t) = fixture_audit("4kn", "sda", None);
+    assert_eq!(t["logical_sector_size"], 4096);
+    assert_eq!(t["physical_sector_size"], 4096);
+}

@@ -1,0 +1,201 @@
+//! Our verdicts against the peers': sfdisk and sgdisk build the tables,
+//! sfdisk --json says where partitions are, parted align-check judges.
+
+mod common;
+
+use common::{blkalign, needs, run, run_stdin, Image, Loop};
+use proptest::prelude::*;
+use serde_json::Value;
+use std::process::Command;
+
+/// (number, start, size) for every partition, as sfdisk reads them.
+fn sfdisk_partitions(dev: &str) -> Vec<(u64, u64, u64)> {
+    let out = run("sfdisk", &["--json", dev]);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("sfdisk json");
+    doc["partitiontable"]["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .map(|p| {
+            let node = p["node"].as_str().expect("node");
+            let number: String = node.chars().rev().take_while(char::is_ascii_digit).collect();
+            let number = number.chars().rev().collect::<String>().parse().expect("number");
+            (number, p["start"].as_u64().expect("start"), p["size"].as_u64().expect("size"))
+        })
+        .collect()
+}
+
+/// parted's verdict: `align-check opt N` exits 0 when aligned.
+fn parted_aligned(dev: &str, number: u64) -> bool {
+    let exe = common::which("parted").expect("parted");
+    let status = Command::new(exe)
+        .args(["-s", dev, "align-check", "opt", &number.to_string()])
+        .status()
+        .expect("run parted");
+    status.success()
+}
+
+fn audit(dev: &str) -> (i32, Value) {
+    let out = blkalign().args(["audit", "--json", dev]).output().expect("run");
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    (out.status.code().expect("exit code"), doc["targets"][0].clone())
+}
+
+/// Every partition: same place as sfdisk says, 1 MiB verdict as parted's,
+/// physical verdict as the arithmetic on `sector`-byte sectors.
+fn check_against_peers(dev: &str, sector: u64) -> Value {
+    let (code, target) = audit(dev);
+    let ours = target["partitions"].as_array().expect("partitions").clone();
+    let theirs = sfdisk_partitions(dev);
+    assert_eq!(ours.len(), theirs.len(), "partition count: {target}");
+    let mut any_misaligned = false;
+    for (number, start, size) in theirs {
+        let p = ours
+            .iter()
+            .find(|p| p["number"] == number)
+            .unwrap_or_else(|| panic!("partition {number} missing: {target}"));
+        assert_eq!(p["start"], start, "start of {number}");
+        let extended = p["kind"] == "extended";
+        if !extended {
+            assert_eq!(p["size"], size, "size of {number}");
+            any_misaligned |= p["verdict"] == "misaligned";
+        }
+        assert_eq!(p["aligned_1mib"], parted_aligned(dev, number), "parted align-check opt {number}: {p}");
+        assert_eq!(p["aligned_physical"], start * sector % 4096 == 0, "physical verdict of {number}");
+    }
+    assert_eq!(code, if any_misaligned { 1 } else { 0 }, "{target}");
+    target
+}
+
+#[test]
+fn mbr_with_logical_partitions_at_odd_starts() {
+    if !needs(false, &["sfdisk", "parted"]) {
+        return;
+    }
+    let script = "label: dos\n\
+        start=63, size=2000, type=83\n\
+        start=4096, size=60000, type=5\n\
+        start=4159, size=3000, type=83\n\
+        start=8192, size=4000, type=83\n\
+        start=20000, size=5000, type=82\n";
+    let image = Image::sfdisk(64 << 20, script);
+    let target = check_against_peers(image.str(), 512);
+    let numbers: Vec<u64> = target["partitions"].as_array().unwrap().iter().filter_map(|p| p["number"].as_u64()).collect();
+    assert_eq!(numbers, [1, 2, 5, 6, 7]);
+    assert_eq!(target["partitions"][2]["kind"], "logical");
+}
+
+#[test]
+fn gpt_by_sgdisk_at_34_and_40() {
+    if !needs(false, &["sgdisk", "sfdisk", "parted"]) {
+        return;
+    }
+    let image = Image::new(64 << 20);
+    run("sgdisk", &["-a", "1", "-n", "1:34:39", "-n", "2:40:2047", "-n", "3:2048:+8M", "-n", "4:20483:+1M", image.str()]);
+    let target = check_against_peers(image.str(), 512);
+    assert_eq!(target["table"], "gpt");
+    assert_eq!(target["partitions"][0]["verdict"], "misaligned");
+    assert_eq!(target["partitions"][1]["verdict"], "suboptimal");
+    assert_eq!(target["partitions"][2]["verdict"], "aligned");
+}
+
+#[test]
+fn gpt_with_broken_primary_is_read_from_the_backup() {
+    if !needs(false, &["sgdisk", "sfdisk"]) {
+        return;
+    }
+    let image = Image::new(64 << 20);
+    run("sgdisk", &["-n", "1:2048:+4M", "-n", "2:0:+4M", image.str()]);
+    let before = sfdisk_partitions(image.str());
+    // Zero the primary header's signature: sector 1.
+    let data = std::fs::read(&image.path).expect("read");
+    let mut data = data;
+    data[512..520].fill(0);
+    std::fs::write(&image.path, data).expect("write");
+    let (code, target) = audit(image.str());
+    assert_eq!(code, 0, "{target}");
+    let parts: Vec<(u64, u64, u64)> = target["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["number"].as_u64().unwrap(), p["start"].as_u64().unwrap(), p["size"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(parts, before);
+    let problems = target["problems"].to_string();
+    assert!(problems.contains("gpt_primary_invalid"), "{problems}");
+}
+
+#[test]
+fn gpt_on_a_4096_byte_loop_device() {
+    if !needs(true, &["losetup", "sgdisk", "sfdisk", "parted"]) {
+        return;
+    }
+    let image = Image::new(64 << 20);
+    let dev = Loop::attach(&image.path, 4096);
+    run("sgdisk", &["-a", "1", "-n", "1:6:255", "-n", "2:256:+4M", "-n", "3:4099:+1M", dev.str()]);
+    run("blockdev", &["--rereadpt", dev.str()]);
+    let target = check_against_peers(dev.str(), 4096);
+    assert_eq!(target["logical_sector_size"], 4096);
+    assert!(matches!(target["logical_sector_source"].as_str(), Some("kernel" | "ioctl")), "{target}");
+    assert_eq!(target["table"], "gpt");
+    assert_eq!(target["partitions"][1]["verdict"], "aligned");
+    // A partition node audits its disk and highlights itself.
+    let node = dev.partition(2);
+    let (_, via_part) = audit(node.to_str().unwrap());
+    assert_eq!(via_part["path"], dev.str());
+    let selected: Vec<bool> = via_part["partitions"].as_array().unwrap().iter().map(|p| p["selected"] == true).collect();
+    assert_eq!(selected, [false, true, false]);
+}
+
+#[test]
+fn mbr_image_audited_via_loop_device_matches_image() {
+    if !needs(true, &["losetup", "sfdisk"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=2000\nstart=2048, size=4096\n");
+    let (_, from_file) = audit(image.str());
+    let dev = Loop::attach(&image.path, 512);
+    let (code, from_dev) = audit(dev.str());
+    assert_eq!(code, 1);
+    assert_eq!(from_dev["partitions"], from_file["partitions"]);
+    assert_eq!(from_dev["kind"], "disk");
+    let problems = from_dev["problems"].to_string();
+    assert!(!problems.contains("kernel_differs"), "{problems}");
+}
+
+/// A random layout as an sfdisk script, and whether it is GPT.
+fn layout() -> impl Strategy<Value = (bool, Vec<(u64, u64)>)> {
+    (any::<bool>(), proptest::collection::vec((0u64..3000, 1u64..3000), 1..5)).prop_map(|(gpt, gaps)| {
+        let mut at = if gpt { 34 } else { 1 };
+        let primaries = if gpt { gaps.len() } else { gaps.len().min(4) };
+        let parts = gaps
+            .into_iter()
+            .take(primaries)
+            .map(|(gap, size)| {
+                let start = at + gap;
+                at = start + size;
+                (start, size)
+            })
+            .collect();
+        (gpt, parts)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_layouts_agree_with_parted((gpt, parts) in layout()) {
+        if !needs(false, &["sfdisk", "parted"]) {
+            return Ok(());
+        }
+        let mut script = format!("label: {}\n", if gpt { "gpt" } else { "dos" });
+        for (start, size) in &parts {
+            script.push_str(&format!("start={start}, size={size}\n"));
+        }
+        let image = Image::new(16 << 20);
+        run_stdin("sfdisk", &["--no-reread", "--no-tell-kernel", image.str()], Some(&script));
+        check_against_peers(image.str(), 512);
+    }
+}
