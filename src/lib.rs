@@ -5,6 +5,7 @@
 //! and a [`table::Layout`]; [`align`] turns them into verdicts; [`audit`]
 //! gathers those per target and [`report`] prints them.
 
+pub mod advise;
 pub mod align;
 pub mod audit;
 pub mod device;
