@@ -1,7 +1,10 @@
 //! GPT: a header at LBA 1 and its backup at the last LBA, each pointing at
 //! a copy of the partition entry array.
 
-use super::{le_u32, le_u64, read_lba, read_sectors, GptInfo, Label, Layout, PartKind, Partition, Problem, ReadAt, TableError};
+use super::{
+    le_u32, le_u64, read_lba, read_sectors, GptInfo, Label, Layout, PartKind, Partition, Problem,
+    ReadAt, TableError,
+};
 use std::fmt;
 
 pub const SIGNATURE: &[u8; 8] = b"EFI PART";
@@ -34,7 +37,11 @@ impl Guid {
 impl fmt::Display for Guid {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = &self.0;
-        write!(f, "{:02X}{:02X}{:02X}{:02X}-{:02X}{:02X}-{:02X}{:02X}-", b[3], b[2], b[1], b[0], b[5], b[4], b[7], b[6])?;
+        write!(
+            f,
+            "{:02X}{:02X}{:02X}{:02X}-{:02X}{:02X}-{:02X}{:02X}-",
+            b[3], b[2], b[1], b[0], b[5], b[4], b[7], b[6]
+        )?;
         write!(f, "{:02X}{:02X}-", b[8], b[9])?;
         b[10..].iter().try_for_each(|x| write!(f, "{x:02X}"))
     }
@@ -74,11 +81,18 @@ impl Header {
             .ok()
             .filter(|&n| n >= HEADER_SIZE as usize)
             .and_then(|n| sector.get(..n))
-            .ok_or_else(|| format!("header size {header_size} is outside {HEADER_SIZE}..={}", sector.len()))?;
+            .ok_or_else(|| {
+                format!(
+                    "header size {header_size} is outside {HEADER_SIZE}..={}",
+                    sector.len()
+                )
+            })?;
         let header_crc = le_u32(raw, HEADER_CRC_AT).ok_or_else(short)?;
         let computed = header_crc_of(raw);
         if computed != header_crc {
-            return Err(format!("header CRC mismatch (stored {header_crc:#010x}, computed {computed:#010x})"));
+            return Err(format!(
+                "header CRC mismatch (stored {header_crc:#010x}, computed {computed:#010x})"
+            ));
         }
         Self::fields(raw, revision, header_size, header_crc).ok_or_else(short)
     }
@@ -153,7 +167,11 @@ impl Entry {
 
     /// The name up to its first NUL; None when empty.
     pub fn name(&self) -> Option<String> {
-        let len = self.name.iter().position(|&u| u == 0).unwrap_or(self.name.len());
+        let len = self
+            .name
+            .iter()
+            .position(|&u| u == 0)
+            .unwrap_or(self.name.len());
         let units = self.name.get(..len)?;
         (!units.is_empty()).then(|| String::from_utf16_lossy(units))
     }
@@ -168,11 +186,19 @@ pub struct Table {
 
 /// Read and check the copy whose header sits at `lba`. The error says why
 /// the copy cannot be used, phrased to follow "primary GPT " or similar.
-pub fn read_table(dev: &dyn ReadAt, lba: u64, sector_size: u64, sectors: u64) -> Result<Table, String> {
+pub fn read_table(
+    dev: &dyn ReadAt,
+    lba: u64,
+    sector_size: u64,
+    sectors: u64,
+) -> Result<Table, String> {
     if lba >= sectors {
-        return Err(format!("header at LBA {lba} lies past the end of the device"));
+        return Err(format!(
+            "header at LBA {lba} lies past the end of the device"
+        ));
     }
-    let sector = read_lba(dev, lba, sector_size).map_err(|e| format!("header at LBA {lba} cannot be read: {e}"))?;
+    let sector = read_lba(dev, lba, sector_size)
+        .map_err(|e| format!("header at LBA {lba} cannot be read: {e}"))?;
     let header = Header::parse(&sector)?;
     check_header(&header, lba, sector_size, sectors)?;
     let entries = read_entries(dev, &header, sector_size)?;
@@ -182,21 +208,38 @@ pub fn read_table(dev: &dyn ReadAt, lba: u64, sector_size: u64, sectors: u64) ->
 /// Checks on a header's fields that the CRC cannot vouch for.
 fn check_header(h: &Header, lba: u64, sector_size: u64, sectors: u64) -> Result<(), String> {
     if h.my_lba != lba {
-        return Err(format!("header at LBA {lba} says it lives at LBA {}", h.my_lba));
+        return Err(format!(
+            "header at LBA {lba} says it lives at LBA {}",
+            h.my_lba
+        ));
     }
     if h.entry_size < ENTRY_SIZE || h.entry_size % 8 != 0 {
-        return Err(format!("header gives an invalid entry size of {} bytes", h.entry_size));
+        return Err(format!(
+            "header gives an invalid entry size of {} bytes",
+            h.entry_size
+        ));
     }
     if h.entries_bytes() > MAX_ENTRIES_BYTES {
-        return Err(format!("header gives an implausible entry array of {} bytes", h.entries_bytes()));
+        return Err(format!(
+            "header gives an implausible entry array of {} bytes",
+            h.entries_bytes()
+        ));
     }
     if h.first_usable_lba > h.last_usable_lba {
         let (first, last) = (h.first_usable_lba, h.last_usable_lba);
-        return Err(format!("header's first usable LBA {first} is after its last usable LBA {last}"));
+        return Err(format!(
+            "header's first usable LBA {first} is after its last usable LBA {last}"
+        ));
     }
     let array_sectors = h.entries_bytes().div_ceil(sector_size);
-    if h.entries_lba.checked_add(array_sectors).is_none_or(|end| end > sectors) {
-        return Err(format!("entry array at LBA {} runs past the end of the device", h.entries_lba));
+    if h.entries_lba
+        .checked_add(array_sectors)
+        .is_none_or(|end| end > sectors)
+    {
+        return Err(format!(
+            "entry array at LBA {} runs past the end of the device",
+            h.entries_lba
+        ));
     }
     Ok(())
 }
@@ -207,12 +250,15 @@ fn read_entries(dev: &dyn ReadAt, h: &Header, sector_size: u64) -> Result<Vec<En
     let raw = read_sectors(dev, lba, count, sector_size)
         .map_err(|e| format!("entry array at LBA {lba} cannot be read: {e}"))?;
     // Bounded by MAX_ENTRIES_BYTES, so it fits in usize.
-    let len = usize::try_from(h.entries_bytes()).map_err(|_| "entry array too large".to_string())?;
+    let len =
+        usize::try_from(h.entries_bytes()).map_err(|_| "entry array too large".to_string())?;
     let array = raw.get(..len).ok_or("entry array is truncated")?;
     let computed = crc32fast::hash(array);
     if computed != h.entries_crc {
         let stored = h.entries_crc;
-        return Err(format!("entry array CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"));
+        return Err(format!(
+            "entry array CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+        ));
     }
     let size = usize::try_from(h.entry_size).map_err(|_| "entry size too large".to_string())?;
     array
@@ -227,7 +273,11 @@ pub(crate) fn primary_valid(dev: &dyn ReadAt, sector_size: u64, sectors: u64) ->
 }
 
 /// Fill `layout` from the best copy of the GPT, noting every problem.
-pub(crate) fn read_into(dev: &dyn ReadAt, sectors: u64, layout: &mut Layout) -> Result<(), TableError> {
+pub(crate) fn read_into(
+    dev: &dyn ReadAt,
+    sectors: u64,
+    layout: &mut Layout,
+) -> Result<(), TableError> {
     let ss = layout.sector_size;
     let last = sectors.saturating_sub(1);
     let primary = read_table(dev, 1, ss, sectors);
@@ -289,15 +339,31 @@ pub(crate) fn read_into(dev: &dyn ReadAt, sectors: u64, layout: &mut Layout) -> 
 fn compare(p: &Table, b: &Table, problems: &mut Vec<Problem>) {
     let (ph, bh) = (&p.header, &b.header);
     let checks = [
-        (ph.entries_crc != bh.entries_crc || p.entries != b.entries, "partition entries"),
-        (ph.first_usable_lba != bh.first_usable_lba || ph.last_usable_lba != bh.last_usable_lba, "usable range"),
+        (
+            ph.entries_crc != bh.entries_crc || p.entries != b.entries,
+            "partition entries",
+        ),
+        (
+            ph.first_usable_lba != bh.first_usable_lba || ph.last_usable_lba != bh.last_usable_lba,
+            "usable range",
+        ),
         (ph.disk_guid != bh.disk_guid, "disk GUID"),
-        (ph.entry_count != bh.entry_count || ph.entry_size != bh.entry_size, "entry count or size"),
+        (
+            ph.entry_count != bh.entry_count || ph.entry_size != bh.entry_size,
+            "entry count or size",
+        ),
         (bh.alternate_lba != 1, "backup's pointer to the primary"),
     ];
-    let diffs: Vec<&str> = checks.iter().filter(|(differs, _)| *differs).map(|&(_, what)| what).collect();
+    let diffs: Vec<&str> = checks
+        .iter()
+        .filter(|(differs, _)| *differs)
+        .map(|&(_, what)| what)
+        .collect();
     if !diffs.is_empty() {
-        let msg = format!("primary and backup GPT differ in: {}; using the primary", diffs.join(", "));
+        let msg = format!(
+            "primary and backup GPT differ in: {}; using the primary",
+            diffs.join(", ")
+        );
         problems.push(Problem::new("gpt_backup_differs", msg));
     }
 }
@@ -305,7 +371,11 @@ fn compare(p: &Table, b: &Table, problems: &mut Vec<Problem>) {
 /// The table should end where the device ends; images get grown or cut.
 fn check_placement(h: &Header, used_backup: bool, sectors: u64, problems: &mut Vec<Problem>) {
     let last = sectors.saturating_sub(1);
-    let backup_at = if used_backup { h.my_lba } else { h.alternate_lba };
+    let backup_at = if used_backup {
+        h.my_lba
+    } else {
+        h.alternate_lba
+    };
     if backup_at != last || h.last_usable_lba >= last {
         let msg = format!(
             "the GPT puts its backup header at LBA {backup_at} and usable space up to LBA {}, \
@@ -315,7 +385,10 @@ fn check_placement(h: &Header, used_backup: bool, sectors: u64, problems: &mut V
         problems.push(Problem::new("gpt_backup_not_at_end", msg));
     }
     if h.entry_size != ENTRY_SIZE {
-        let msg = format!("entries are {} bytes: valid per UEFI, but Linux reads only 128-byte entries", h.entry_size);
+        let msg = format!(
+            "entries are {} bytes: valid per UEFI, but Linux reads only 128-byte entries",
+            h.entry_size
+        );
         problems.push(Problem::new("gpt_entry_size", msg));
     }
 }

@@ -1,6 +1,8 @@
 //! The MBR in LBA 0 and the chain of EBRs inside an extended partition.
 
-use super::{le_u16, le_u32, read_lba, Layout, Label, MbrInfo, PartKind, Partition, Problem, ReadAt};
+use super::{
+    le_u16, le_u32, read_lba, Label, Layout, MbrInfo, PartKind, Partition, Problem, ReadAt,
+};
 use std::collections::HashSet;
 
 /// Bytes 510-511 of an MBR or EBR.
@@ -81,9 +83,12 @@ impl Mbr {
 
     /// Facts about an MBR sitting in front of a GPT, with its problems.
     pub fn gpt_guard_info(&self, problems: &mut Vec<Problem>) -> MbrInfo {
-        let used = self.entries.iter().filter(|e| !e.is_empty()).count();
         let guard = self.entries.iter().find(|e| e.kind == TYPE_GPT);
-        let hybrid = guard.is_some() && used > 1;
+        let others = self
+            .entries
+            .iter()
+            .any(|e| !e.is_empty() && e.kind != TYPE_GPT);
+        let hybrid = guard.is_some() && others;
         if hybrid {
             problems.push(Problem::new(
                 "hybrid_mbr",
@@ -95,7 +100,10 @@ impl Mbr {
         if let Some(e) = guard.filter(|e| e.start_lba != 1) {
             problems.push(Problem::new(
                 "pmbr_bad_start",
-                format!("the 0xEE entry starts at LBA {}, not 1; Linux will ignore the GPT", e.start_lba),
+                format!(
+                    "the 0xEE entry starts at LBA {}, not 1; Linux will ignore the GPT",
+                    e.start_lba
+                ),
             ));
         }
         MbrInfo {
@@ -120,7 +128,11 @@ pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut 
         if e.is_empty() {
             continue;
         }
-        let kind = if e.is_extended() { PartKind::Extended } else { PartKind::Primary };
+        let kind = if e.is_extended() {
+            PartKind::Extended
+        } else {
+            PartKind::Primary
+        };
         let part = partition(number, u64::from(e.start_lba), e, kind, None);
         if kind == PartKind::Extended {
             if let Some(first) = &extended {
@@ -197,7 +209,8 @@ impl<'a> Chain<'a> {
                 break;
             }
             if seen.len() > MAX_EBRS {
-                let msg = format!("the EBR chain is longer than {MAX_EBRS} links; stopped at LBA {lba}");
+                let msg =
+                    format!("the EBR chain is longer than {MAX_EBRS} links; stopped at LBA {lba}");
                 self.problem("ebr_chain_too_long", msg);
                 break;
             }
@@ -212,18 +225,25 @@ impl<'a> Chain<'a> {
     /// Read the EBR at `lba`, record its logical, and return the next link.
     fn visit(&mut self, lba: u64) -> Option<u64> {
         if lba >= self.sectors {
-            self.problem("ebr_beyond_end", format!("the EBR at LBA {lba} lies past the end of the device"));
+            self.problem(
+                "ebr_beyond_end",
+                format!("the EBR at LBA {lba} lies past the end of the device"),
+            );
             return None;
         }
         let sector = match read_lba(self.dev, lba, self.sector_size) {
             Ok(sector) => sector,
             Err(e) => {
-                self.problem("ebr_unreadable", format!("cannot read the EBR at LBA {lba}: {e}"));
+                self.problem(
+                    "ebr_unreadable",
+                    format!("cannot read the EBR at LBA {lba}: {e}"),
+                );
                 return None;
             }
         };
         let Some(ebr) = Mbr::parse(&sector) else {
-            let msg = format!("the EBR at LBA {lba} has no 0x55AA signature; the chain stops there");
+            let msg =
+                format!("the EBR at LBA {lba} has no 0x55AA signature; the chain stops there");
             self.problem("ebr_bad_signature", msg);
             return None;
         };
@@ -248,7 +268,11 @@ impl<'a> Chain<'a> {
             return;
         };
         let part = partition(number, start, data, PartKind::Logical, Some(lba));
-        let inside = start >= self.ext_start && part.start.checked_add(part.size).is_some_and(|end| end <= self.ext_end);
+        let inside = start >= self.ext_start
+            && part
+                .start
+                .checked_add(part.size)
+                .is_some_and(|end| end <= self.ext_end);
         if !inside {
             let msg = format!("logical partition {number} (sectors {start}+{}) is not inside the extended partition", part.size);
             self.problem("logical_outside_extended", msg);
@@ -258,7 +282,10 @@ impl<'a> Chain<'a> {
 
     /// Where `link` (relative to the extended start) points, if inside it.
     fn link_target(&mut self, lba: u64, link: &Entry) -> Option<u64> {
-        let next = self.ext_start.checked_add(u64::from(link.start_lba)).filter(|&n| n < self.ext_end);
+        let next = self
+            .ext_start
+            .checked_add(u64::from(link.start_lba))
+            .filter(|&n| n < self.ext_end);
         if next.is_none() {
             let msg = format!(
                 "the EBR at LBA {lba} links to offset {} outside the extended partition; the chain stops there",

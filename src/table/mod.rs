@@ -32,7 +32,9 @@ impl ReadAt for std::fs::File {
 impl ReadAt for [u8] {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
-        let end = start.checked_add(buf.len()).ok_or(io::ErrorKind::UnexpectedEof)?;
+        let end = start
+            .checked_add(buf.len())
+            .ok_or(io::ErrorKind::UnexpectedEof)?;
         let src = self.get(start..end).ok_or(io::ErrorKind::UnexpectedEof)?;
         buf.copy_from_slice(src);
         Ok(())
@@ -88,7 +90,10 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self {
+            code,
+            message: message.into(),
+        }
     }
 }
 
@@ -200,7 +205,12 @@ pub fn detect_sector_size(dev: &dyn ReadAt, size_bytes: u64) -> Option<u64> {
 }
 
 /// Read `count` sectors from `lba`, failing cleanly on offsets that overflow.
-pub(crate) fn read_sectors(dev: &dyn ReadAt, lba: u64, count: u64, sector_size: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_sectors(
+    dev: &dyn ReadAt,
+    lba: u64,
+    count: u64,
+    sector_size: u64,
+) -> io::Result<Vec<u8>> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, "sector range overflows");
     let offset = lba.checked_mul(sector_size).ok_or_else(bad)?;
     let len = count.checked_mul(sector_size).ok_or_else(bad)?;
@@ -215,15 +225,21 @@ pub(crate) fn read_lba(dev: &dyn ReadAt, lba: u64, sector_size: u64) -> io::Resu
 
 /// Little-endian fields at fixed offsets; None when `buf` is too short.
 pub(crate) fn le_u16(buf: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(buf.get(at..at.checked_add(2)?)?.try_into().ok()?))
+    Some(u16::from_le_bytes(
+        buf.get(at..at.checked_add(2)?)?.try_into().ok()?,
+    ))
 }
 
 pub(crate) fn le_u32(buf: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(buf.get(at..at.checked_add(4)?)?.try_into().ok()?))
+    Some(u32::from_le_bytes(
+        buf.get(at..at.checked_add(4)?)?.try_into().ok()?,
+    ))
 }
 
 pub(crate) fn le_u64(buf: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(buf.get(at..at.checked_add(8)?)?.try_into().ok()?))
+    Some(u64::from_le_bytes(
+        buf.get(at..at.checked_add(8)?)?.try_into().ok()?,
+    ))
 }
 
 /// One past the last sector of `p`, or None if that overflows.
@@ -269,11 +285,17 @@ fn check_overlaps(layout: &mut Layout) {
         }
         reach = Some((p, end));
     }
-    let parts = &layout.partitions;
-    for ext in parts.iter().filter(|p| p.kind == PartKind::Extended) {
-        for p in parts.iter().filter(|p| p.kind == PartKind::Primary) {
-            if intersects(ext, p) {
-                found.push(overlap(ext, p));
+    // At most four MBR slots, so pairwise is cheap.
+    let slots: Vec<&Partition> = layout
+        .partitions
+        .iter()
+        .filter(|p| matches!(p.kind, PartKind::Primary | PartKind::Extended))
+        .collect();
+    for (i, a) in slots.iter().enumerate() {
+        for b in slots.iter().skip(i + 1) {
+            let has_ext = a.kind == PartKind::Extended || b.kind == PartKind::Extended;
+            if has_ext && intersects(a, b) {
+                found.push(overlap(a, b));
             }
         }
     }
@@ -304,7 +326,8 @@ pub(crate) mod fixtures {
 
     /// Linux filesystem data, 0FC63DAF-8483-4772-8E79-3D69D8477DE4, as stored.
     pub const LINUX: [u8; 16] = [
-        0xAF, 0x3D, 0xC6, 0x0F, 0x83, 0x84, 0x72, 0x47, 0x8E, 0x79, 0x3D, 0x69, 0xD8, 0x47, 0x7D, 0xE4,
+        0xAF, 0x3D, 0xC6, 0x0F, 0x83, 0x84, 0x72, 0x47, 0x8E, 0x79, 0x3D, 0x69, 0xD8, 0x47, 0x7D,
+        0xE4,
     ];
     pub const DISK_GUID: [u8; 16] = [7; 16];
 
@@ -342,9 +365,21 @@ pub(crate) mod fixtures {
 
     /// A GPT image with `sectors` sectors, 128 entries of `entry_size`
     /// bytes, and partitions (first, last, name) in slots 1, 2, ...
-    pub fn gpt_image(ss: u64, sectors: u64, entry_size: u32, parts: &[(u64, u64, &str)]) -> Vec<u8> {
+    pub fn gpt_image(
+        ss: u64,
+        sectors: u64,
+        entry_size: u32,
+        parts: &[(u64, u64, &str)],
+    ) -> Vec<u8> {
         let mut img = vec![0u8; at(sectors, ss)];
-        mbr_entry(&mut img, 0, 0, 0xEE, 1, u32::try_from(sectors - 1).unwrap_or(u32::MAX));
+        mbr_entry(
+            &mut img,
+            0,
+            0,
+            0xEE,
+            1,
+            u32::try_from(sectors - 1).unwrap_or(u32::MAX),
+        );
         let mut array = vec![0u8; 128 * entry_size as usize];
         for (i, (first, last, name)) in parts.iter().enumerate() {
             let e = i * entry_size as usize;
@@ -378,7 +413,11 @@ pub(crate) mod fixtures {
             h
         };
         put(&mut img, at(1, ss), &header(1, last, 2));
-        put(&mut img, at(last, ss), &header(last, 1, last - array_sectors));
+        put(
+            &mut img,
+            at(last, ss),
+            &header(last, 1, last - array_sectors),
+        );
         reseal(&mut img, ss, 1);
         reseal(&mut img, ss, last);
         img
@@ -418,7 +457,9 @@ mod tests {
     #[test]
     fn bad_sector_size() {
         for ss in [0, 256, 768, 8192] {
-            assert!(matches!(read(&vec![0u8; 512], ss, 512), Err(TableError::SectorSize(s)) if s == ss));
+            assert!(
+                matches!(read(&vec![0u8; 512], ss, 512), Err(TableError::SectorSize(s)) if s == ss)
+            );
         }
     }
 
@@ -431,7 +472,11 @@ mod tests {
         let layout = read_img(&img, 512);
         assert_eq!(layout.label, Label::Mbr);
         assert!(layout.problems.is_empty(), "{:?}", layout.problems);
-        let got: Vec<_> = layout.partitions.iter().map(|p| (p.number, p.start, p.size, p.type_id.as_str())).collect();
+        let got: Vec<_> = layout
+            .partitions
+            .iter()
+            .map(|p| (p.number, p.start, p.size, p.type_id.as_str()))
+            .collect();
         assert_eq!(got, [(1, 2048, 1000, "0x83"), (3, 3048, 1048, "0x07")]);
         assert_eq!(layout.mbr.unwrap().disk_signature, 0xDEAD_BEEF);
     }
@@ -451,7 +496,11 @@ mod tests {
     fn extended_with_three_logicals() {
         let layout = read_img(&mbr_extended(), 512);
         assert!(layout.problems.is_empty(), "{:?}", layout.problems);
-        let got: Vec<_> = layout.partitions.iter().map(|p| (p.number, p.start, p.size, p.kind, p.ebr)).collect();
+        let got: Vec<_> = layout
+            .partitions
+            .iter()
+            .map(|p| (p.number, p.start, p.size, p.kind, p.ebr))
+            .collect();
         assert_eq!(
             got,
             [
@@ -464,6 +513,15 @@ mod tests {
         );
         assert_eq!(layout.partitions[1].type_id, "0x05");
         assert_eq!(layout.mbr.unwrap().ebrs, [64, 128, 192]);
+    }
+
+    #[test]
+    fn extended_overlapping_primary() {
+        let mut img = mbr_extended();
+        mbr_entry(&mut img, 0, 2, 0x83, 300, 50);
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["overlap"]);
+        assert!(layout.problems[0].message.contains("partitions 2 "));
     }
 
     #[test]
@@ -509,12 +567,25 @@ mod tests {
             let layout = read_img(&img, ss);
             assert_eq!(layout.label, Label::Gpt);
             assert!(layout.problems.is_empty(), "{ss}: {:?}", layout.problems);
-            let got: Vec<_> = layout.partitions.iter().map(|p| (p.number, p.start, p.size, p.name.as_deref())).collect();
+            let got: Vec<_> = layout
+                .partitions
+                .iter()
+                .map(|p| (p.number, p.start, p.size, p.name.as_deref()))
+                .collect();
             assert_eq!(got, [(1, 40, 60, Some("root")), (2, 100, 100, None)]);
-            assert_eq!(layout.partitions[0].type_id, "0FC63DAF-8483-4772-8E79-3D69D8477DE4");
+            assert_eq!(
+                layout.partitions[0].type_id,
+                "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
+            );
             let gpt = layout.gpt.unwrap();
-            assert_eq!((gpt.header_lba, gpt.alternate_lba, gpt.used_backup), (1, 255, false));
-            assert_eq!((gpt.entry_count, gpt.entry_size, gpt.entries_lba), (128, 128, 2));
+            assert_eq!(
+                (gpt.header_lba, gpt.alternate_lba, gpt.used_backup),
+                (1, 255, false)
+            );
+            assert_eq!(
+                (gpt.entry_count, gpt.entry_size, gpt.entries_lba),
+                (128, 128, 2)
+            );
             assert_eq!(gpt.disk_guid, "07070707-0707-0707-0707-070707070707");
             let mbr = layout.mbr.unwrap();
             assert!(mbr.protective && !mbr.hybrid);
@@ -536,7 +607,11 @@ mod tests {
         img[512 + 40] ^= 1;
         let layout = read_img(&img, 512);
         assert_eq!(problems(&layout), ["gpt_primary_invalid"]);
-        assert!(layout.problems[0].message.contains("CRC mismatch"), "{}", layout.problems[0].message);
+        assert!(
+            layout.problems[0].message.contains("CRC mismatch"),
+            "{}",
+            layout.problems[0].message
+        );
         assert!(layout.problems[0].message.contains("backup at LBA 255"));
         let gpt = layout.gpt.unwrap();
         assert!(gpt.used_backup);
@@ -550,7 +625,10 @@ mod tests {
         img[512 + 40] ^= 1;
         img[255 * 512 + 40] ^= 1;
         let err = read(&img, 512, img.len() as u64).unwrap_err();
-        assert!(matches!(err, TableError::Unusable(ref m) if m.contains("LBA 255")), "{err}");
+        assert!(
+            matches!(err, TableError::Unusable(ref m) if m.contains("LBA 255")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -610,11 +688,26 @@ mod tests {
 
     #[test]
     fn gpt_entry_problems() {
-        let parts = [(40, 99, "a"), (90, 120, "b"), (10, 20, "c"), (150, 140, "d"), (200, 300, "e")];
+        let parts = [
+            (40, 99, "a"),
+            (90, 120, "b"),
+            (10, 20, "c"),
+            (150, 140, "d"),
+            (200, 300, "e"),
+        ];
         let layout = read_img(&gpt_image(512, 256, 128, &parts), 512);
         let mut codes = problems(&layout);
         codes.sort_unstable();
-        assert_eq!(codes, ["beyond_end", "gpt_entry_inverted", "outside_usable", "outside_usable", "overlap"]);
+        assert_eq!(
+            codes,
+            [
+                "beyond_end",
+                "gpt_entry_inverted",
+                "outside_usable",
+                "outside_usable",
+                "overlap"
+            ]
+        );
         let numbers: Vec<_> = layout.partitions.iter().map(|p| p.number).collect();
         assert_eq!(numbers, [1, 2, 3, 5]);
     }
@@ -633,7 +726,10 @@ mod tests {
     fn wrong_sector_size_sees_no_gpt_header() {
         // A 4096-byte GPT read as 512: the 0xEE guard says GPT, LBA 1 holds nothing.
         let img = gpt_image(4096, 64, 128, &[]);
-        assert!(matches!(read(&img, 512, img.len() as u64), Err(TableError::Unusable(_))));
+        assert!(matches!(
+            read(&img, 512, img.len() as u64),
+            Err(TableError::Unusable(_))
+        ));
     }
 }
 
