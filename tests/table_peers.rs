@@ -19,19 +19,12 @@ mod common {
 
     /// True when the tools exist; else skip, or fail under BLKALIGN_TEST_STRICT=1.
     pub fn needs(tools: &[&str]) -> bool {
-        let missing: Vec<&str> = tools
-            .iter()
-            .copied()
-            .filter(|t| which(t).is_none())
-            .collect();
+        let missing: Vec<&str> = tools.iter().copied().filter(|t| which(t).is_none()).collect();
         if missing.is_empty() {
             return true;
         }
         let strict = std::env::var("BLKALIGN_TEST_STRICT").is_ok_and(|v| v == "1");
-        assert!(
-            !strict,
-            "BLKALIGN_TEST_STRICT=1 and this test needs {missing:?}"
-        );
+        assert!(!strict, "BLKALIGN_TEST_STRICT=1 and this test needs {missing:?}");
         eprintln!("skipped: this test needs {missing:?}");
         false
     }
@@ -49,12 +42,7 @@ mod common {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(stdin.as_bytes())
-            .expect("write stdin");
+        child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write stdin");
         let out = child.wait_with_output().expect("wait");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{program} {args:?} failed: {err}");
@@ -71,19 +59,13 @@ mod common {
         pub fn new(size: u64) -> Image {
             let dir = tempfile::tempdir().expect("tempdir");
             let path = dir.path().join("disk.img");
-            std::fs::File::create(&path)
-                .and_then(|f| f.set_len(size))
-                .expect("create image");
+            std::fs::File::create(&path).and_then(|f| f.set_len(size)).expect("create image");
             Image { _dir: dir, path }
         }
 
         pub fn sfdisk(size: u64, script: &str) -> Image {
             let image = Image::new(size);
-            run_stdin(
-                "sfdisk",
-                &["--no-reread", "--no-tell-kernel", image.str()],
-                script,
-            );
+            run_stdin("sfdisk", &["--no-reread", "--no-tell-kernel", image.str()], script);
             image
         }
 
@@ -111,42 +93,22 @@ fn sfdisk_view(image: &Image) -> (String, Vec<(u32, u64, u64, String)>) {
     let out = run("sfdisk", &["--json", image.str()]);
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("sfdisk json");
     let table = &json["partitiontable"];
-    let parts = table["partitions"]
-        .as_array()
-        .expect("partitions")
-        .iter()
-        .map(|p| {
-            let node = p["node"].as_str().expect("node");
-            let number = node
-                .strip_prefix(image.str())
-                .and_then(|n| n.parse().ok())
-                .expect("number");
-            let start = p["start"].as_u64().expect("start");
-            let size = p["size"].as_u64().expect("size");
-            (
-                number,
-                start,
-                size,
-                p["type"].as_str().expect("type").to_string(),
-            )
-        });
-    (
-        table["label"].as_str().expect("label").to_string(),
-        parts.collect(),
-    )
+    let parts = table["partitions"].as_array().expect("partitions").iter().map(|p| {
+        let node = p["node"].as_str().expect("node");
+        let number = node.strip_prefix(image.str()).and_then(|n| n.parse().ok()).expect("number");
+        let start = p["start"].as_u64().expect("start");
+        let size = p["size"].as_u64().expect("size");
+        (number, start, size, p["type"].as_str().expect("type").to_string())
+    });
+    (table["label"].as_str().expect("label").to_string(), parts.collect())
 }
 
 /// Our partitions in sfdisk's terms: dos types as bare lower-case hex.
 fn our_view(layout: &Layout) -> Vec<(u32, u64, u64, String)> {
     let kind = |t: &str| {
-        t.strip_prefix("0x")
-            .map_or(t.to_string(), |h| h.trim_start_matches('0').to_string())
+        t.strip_prefix("0x").map_or(t.to_string(), |h| h.trim_start_matches('0').to_string())
     };
-    layout
-        .partitions
-        .iter()
-        .map(|p| (p.number, p.start, p.size, kind(&p.type_id)))
-        .collect()
+    layout.partitions.iter().map(|p| (p.number, p.start, p.size, kind(&p.type_id))).collect()
 }
 
 fn assert_same(image: &Image, label: Label) -> Layout {
@@ -167,17 +129,11 @@ fn sfdisk_dos_with_logicals() {
     let image = Image::sfdisk(32 * MIB, script);
     let layout = assert_same(&image, Label::Mbr);
     assert!(layout.problems.is_empty(), "{:?}", layout.problems);
-    let logicals: Vec<_> = layout
-        .partitions
-        .iter()
-        .filter(|p| p.kind == PartKind::Logical)
-        .collect();
+    let logicals: Vec<_> =
+        layout.partitions.iter().filter(|p| p.kind == PartKind::Logical).collect();
     assert_eq!(logicals.len(), 3);
     let mbr = layout.mbr.expect("mbr info");
-    assert_eq!(
-        mbr.ebrs,
-        logicals.iter().filter_map(|p| p.ebr).collect::<Vec<_>>()
-    );
+    assert_eq!(mbr.ebrs, logicals.iter().filter_map(|p| p.ebr).collect::<Vec<_>>());
 }
 
 #[test]
@@ -199,17 +155,7 @@ fn sgdisk_gpt_and_its_backup() {
         return;
     }
     let image = Image::new(32 * MIB);
-    let args = [
-        "-n",
-        "1:2048:+1M",
-        "-c",
-        "1:boot",
-        "-n",
-        "2:0:+3M",
-        "-n",
-        "3:0:0",
-        image.str(),
-    ];
+    let args = ["-n", "1:2048:+1M", "-c", "1:boot", "-n", "2:0:+3M", "-n", "3:0:0", image.str()];
     run("sgdisk", &args);
     let layout = assert_same(&image, Label::Gpt);
     assert!(layout.problems.is_empty(), "{:?}", layout.problems);
@@ -217,12 +163,8 @@ fn sgdisk_gpt_and_its_backup() {
     assert_eq!(gpt.alternate_lba, 32 * MIB / 512 - 1);
 
     // Break the primary header: both tools fall back to the backup.
-    let file = File::options()
-        .write(true)
-        .open(&image.path)
-        .expect("open rw");
-    file.write_all_at(&[0xFF], 512 + 40)
-        .expect("corrupt primary");
+    let file = File::options().write(true).open(&image.path).expect("open rw");
+    file.write_all_at(&[0xFF], 512 + 40).expect("corrupt primary");
     let layout = assert_same(&image, Label::Gpt);
     let codes: Vec<_> = layout.problems.iter().map(|p| p.code).collect();
     assert_eq!(codes, ["gpt_primary_invalid"]);
@@ -235,11 +177,7 @@ fn grown_image_is_flagged() {
         return;
     }
     let image = Image::sfdisk(16 * MIB, "label: gpt\n,4M\n");
-    File::options()
-        .write(true)
-        .open(&image.path)
-        .and_then(|f| f.set_len(32 * MIB))
-        .expect("grow");
+    File::options().write(true).open(&image.path).and_then(|f| f.set_len(32 * MIB)).expect("grow");
     let layout = read(&image);
     let codes: Vec<_> = layout.problems.iter().map(|p| p.code).collect();
     assert_eq!(codes, ["gpt_backup_not_at_end"]);

@@ -82,10 +82,7 @@ impl Header {
             .filter(|&n| n >= HEADER_SIZE as usize)
             .and_then(|n| sector.get(..n))
             .ok_or_else(|| {
-                format!(
-                    "header size {header_size} is outside {HEADER_SIZE}..={}",
-                    sector.len()
-                )
+                format!("header size {header_size} is outside {HEADER_SIZE}..={}", sector.len())
             })?;
         let header_crc = le_u32(raw, HEADER_CRC_AT).ok_or_else(short)?;
         let computed = header_crc_of(raw);
@@ -167,11 +164,7 @@ impl Entry {
 
     /// The name up to its first NUL; None when empty.
     pub fn name(&self) -> Option<String> {
-        let len = self
-            .name
-            .iter()
-            .position(|&u| u == 0)
-            .unwrap_or(self.name.len());
+        let len = self.name.iter().position(|&u| u == 0).unwrap_or(self.name.len());
         let units = self.name.get(..len)?;
         (!units.is_empty()).then(|| String::from_utf16_lossy(units))
     }
@@ -193,9 +186,7 @@ pub fn read_table(
     sectors: u64,
 ) -> Result<Table, String> {
     if lba >= sectors {
-        return Err(format!(
-            "header at LBA {lba} lies past the end of the device"
-        ));
+        return Err(format!("header at LBA {lba} lies past the end of the device"));
     }
     let sector = read_lba(dev, lba, sector_size)
         .map_err(|e| format!("header at LBA {lba} cannot be read: {e}"))?;
@@ -208,16 +199,10 @@ pub fn read_table(
 /// Checks on a header's fields that the CRC cannot vouch for.
 fn check_header(h: &Header, lba: u64, sector_size: u64, sectors: u64) -> Result<(), String> {
     if h.my_lba != lba {
-        return Err(format!(
-            "header at LBA {lba} says it lives at LBA {}",
-            h.my_lba
-        ));
+        return Err(format!("header at LBA {lba} says it lives at LBA {}", h.my_lba));
     }
     if h.entry_size < ENTRY_SIZE || h.entry_size % 8 != 0 {
-        return Err(format!(
-            "header gives an invalid entry size of {} bytes",
-            h.entry_size
-        ));
+        return Err(format!("header gives an invalid entry size of {} bytes", h.entry_size));
     }
     if h.entries_bytes() > MAX_ENTRIES_BYTES {
         return Err(format!(
@@ -232,10 +217,7 @@ fn check_header(h: &Header, lba: u64, sector_size: u64, sectors: u64) -> Result<
         ));
     }
     let array_sectors = h.entries_bytes().div_ceil(sector_size);
-    if h.entries_lba
-        .checked_add(array_sectors)
-        .is_none_or(|end| end > sectors)
-    {
+    if h.entries_lba.checked_add(array_sectors).is_none_or(|end| end > sectors) {
         return Err(format!(
             "entry array at LBA {} runs past the end of the device",
             h.entries_lba
@@ -339,31 +321,20 @@ pub(crate) fn read_into(
 fn compare(p: &Table, b: &Table, problems: &mut Vec<Problem>) {
     let (ph, bh) = (&p.header, &b.header);
     let checks = [
-        (
-            ph.entries_crc != bh.entries_crc || p.entries != b.entries,
-            "partition entries",
-        ),
+        (ph.entries_crc != bh.entries_crc || p.entries != b.entries, "partition entries"),
         (
             ph.first_usable_lba != bh.first_usable_lba || ph.last_usable_lba != bh.last_usable_lba,
             "usable range",
         ),
         (ph.disk_guid != bh.disk_guid, "disk GUID"),
-        (
-            ph.entry_count != bh.entry_count || ph.entry_size != bh.entry_size,
-            "entry count or size",
-        ),
+        (ph.entry_count != bh.entry_count || ph.entry_size != bh.entry_size, "entry count or size"),
         (bh.alternate_lba != 1, "backup's pointer to the primary"),
     ];
-    let diffs: Vec<&str> = checks
-        .iter()
-        .filter(|(differs, _)| *differs)
-        .map(|&(_, what)| what)
-        .collect();
+    let diffs: Vec<&str> =
+        checks.iter().filter(|(differs, _)| *differs).map(|&(_, what)| what).collect();
     if !diffs.is_empty() {
-        let msg = format!(
-            "primary and backup GPT differ in: {}; using the primary",
-            diffs.join(", ")
-        );
+        let msg =
+            format!("primary and backup GPT differ in: {}; using the primary", diffs.join(", "));
         problems.push(Problem::new("gpt_backup_differs", msg));
     }
 }
@@ -371,11 +342,7 @@ fn compare(p: &Table, b: &Table, problems: &mut Vec<Problem>) {
 /// The table should end where the device ends; images get grown or cut.
 fn check_placement(h: &Header, used_backup: bool, sectors: u64, problems: &mut Vec<Problem>) {
     let last = sectors.saturating_sub(1);
-    let backup_at = if used_backup {
-        h.my_lba
-    } else {
-        h.alternate_lba
-    };
+    let backup_at = if used_backup { h.my_lba } else { h.alternate_lba };
     if backup_at != last || h.last_usable_lba >= last {
         let msg = format!(
             "the GPT puts its backup header at LBA {backup_at} and usable space up to LBA {}, \

@@ -84,10 +84,7 @@ impl Mbr {
     /// Facts about an MBR sitting in front of a GPT, with its problems.
     pub fn gpt_guard_info(&self, problems: &mut Vec<Problem>) -> MbrInfo {
         let guard = self.entries.iter().find(|e| e.kind == TYPE_GPT);
-        let others = self
-            .entries
-            .iter()
-            .any(|e| !e.is_empty() && e.kind != TYPE_GPT);
+        let others = self.entries.iter().any(|e| !e.is_empty() && e.kind != TYPE_GPT);
         let hybrid = guard.is_some() && others;
         if hybrid {
             problems.push(Problem::new(
@@ -128,11 +125,7 @@ pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut 
         if e.is_empty() {
             continue;
         }
-        let kind = if e.is_extended() {
-            PartKind::Extended
-        } else {
-            PartKind::Primary
-        };
+        let kind = if e.is_extended() { PartKind::Extended } else { PartKind::Primary };
         let part = partition(number, u64::from(e.start_lba), e, kind, None);
         if kind == PartKind::Extended {
             if let Some(first) = &extended {
@@ -234,10 +227,7 @@ impl<'a> Chain<'a> {
         let sector = match read_lba(self.dev, lba, self.sector_size) {
             Ok(sector) => sector,
             Err(e) => {
-                self.problem(
-                    "ebr_unreadable",
-                    format!("cannot read the EBR at LBA {lba}: {e}"),
-                );
+                self.problem("ebr_unreadable", format!("cannot read the EBR at LBA {lba}: {e}"));
                 return None;
             }
         };
@@ -269,10 +259,7 @@ impl<'a> Chain<'a> {
         };
         let part = partition(number, start, data, PartKind::Logical, Some(lba));
         let inside = start >= self.ext_start
-            && part
-                .start
-                .checked_add(part.size)
-                .is_some_and(|end| end <= self.ext_end);
+            && part.start.checked_add(part.size).is_some_and(|end| end <= self.ext_end);
         if !inside {
             let msg = format!("logical partition {number} (sectors {start}+{}) is not inside the extended partition", part.size);
             self.problem("logical_outside_extended", msg);
@@ -282,10 +269,8 @@ impl<'a> Chain<'a> {
 
     /// Where `link` (relative to the extended start) points, if inside it.
     fn link_target(&mut self, lba: u64, link: &Entry) -> Option<u64> {
-        let next = self
-            .ext_start
-            .checked_add(u64::from(link.start_lba))
-            .filter(|&n| n < self.ext_end);
+        let next =
+            self.ext_start.checked_add(u64::from(link.start_lba)).filter(|&n| n < self.ext_end);
         if next.is_none() {
             let msg = format!(
                 "the EBR at LBA {lba} links to offset {} outside the extended partition; the chain stops there",

@@ -32,9 +32,7 @@ impl ReadAt for std::fs::File {
 impl ReadAt for [u8] {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let start = usize::try_from(offset).map_err(|_| io::ErrorKind::UnexpectedEof)?;
-        let end = start
-            .checked_add(buf.len())
-            .ok_or(io::ErrorKind::UnexpectedEof)?;
+        let end = start.checked_add(buf.len()).ok_or(io::ErrorKind::UnexpectedEof)?;
         let src = self.get(start..end).ok_or(io::ErrorKind::UnexpectedEof)?;
         buf.copy_from_slice(src);
         Ok(())
@@ -90,10 +88,7 @@ pub struct Problem {
 
 impl Problem {
     pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
+        Self { code, message: message.into() }
     }
 }
 
@@ -225,21 +220,15 @@ pub(crate) fn read_lba(dev: &dyn ReadAt, lba: u64, sector_size: u64) -> io::Resu
 
 /// Little-endian fields at fixed offsets; None when `buf` is too short.
 pub(crate) fn le_u16(buf: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(
-        buf.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
+    Some(u16::from_le_bytes(buf.get(at..at.checked_add(2)?)?.try_into().ok()?))
 }
 
 pub(crate) fn le_u32(buf: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        buf.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
+    Some(u32::from_le_bytes(buf.get(at..at.checked_add(4)?)?.try_into().ok()?))
 }
 
 pub(crate) fn le_u64(buf: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(
-        buf.get(at..at.checked_add(8)?)?.try_into().ok()?,
-    ))
+    Some(u64::from_le_bytes(buf.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
 /// One past the last sector of `p`, or None if that overflows.
@@ -266,11 +255,8 @@ fn check_bounds(layout: &mut Layout, sectors: u64) {
 /// since it holds its logicals by design.
 fn check_overlaps(layout: &mut Layout) {
     let mut found = Vec::new();
-    let mut sorted: Vec<&Partition> = layout
-        .partitions
-        .iter()
-        .filter(|p| p.size > 0 && p.kind != PartKind::Extended)
-        .collect();
+    let mut sorted: Vec<&Partition> =
+        layout.partitions.iter().filter(|p| p.size > 0 && p.kind != PartKind::Extended).collect();
     sorted.sort_by_key(|p| (p.start, p.number));
     let mut reach: Option<(&Partition, u64)> = None;
     for p in sorted {
@@ -372,14 +358,7 @@ pub(crate) mod fixtures {
         parts: &[(u64, u64, &str)],
     ) -> Vec<u8> {
         let mut img = vec![0u8; at(sectors, ss)];
-        mbr_entry(
-            &mut img,
-            0,
-            0,
-            0xEE,
-            1,
-            u32::try_from(sectors - 1).unwrap_or(u32::MAX),
-        );
+        mbr_entry(&mut img, 0, 0, 0xEE, 1, u32::try_from(sectors - 1).unwrap_or(u32::MAX));
         let mut array = vec![0u8; 128 * entry_size as usize];
         for (i, (first, last, name)) in parts.iter().enumerate() {
             let e = i * entry_size as usize;
@@ -413,11 +392,7 @@ pub(crate) mod fixtures {
             h
         };
         put(&mut img, at(1, ss), &header(1, last, 2));
-        put(
-            &mut img,
-            at(last, ss),
-            &header(last, 1, last - array_sectors),
-        );
+        put(&mut img, at(last, ss), &header(last, 1, last - array_sectors));
         reseal(&mut img, ss, 1);
         reseal(&mut img, ss, last);
         img
@@ -496,11 +471,8 @@ mod tests {
     fn extended_with_three_logicals() {
         let layout = read_img(&mbr_extended(), 512);
         assert!(layout.problems.is_empty(), "{:?}", layout.problems);
-        let got: Vec<_> = layout
-            .partitions
-            .iter()
-            .map(|p| (p.number, p.start, p.size, p.kind, p.ebr))
-            .collect();
+        let got: Vec<_> =
+            layout.partitions.iter().map(|p| (p.number, p.start, p.size, p.kind, p.ebr)).collect();
         assert_eq!(
             got,
             [
@@ -573,19 +545,10 @@ mod tests {
                 .map(|p| (p.number, p.start, p.size, p.name.as_deref()))
                 .collect();
             assert_eq!(got, [(1, 40, 60, Some("root")), (2, 100, 100, None)]);
-            assert_eq!(
-                layout.partitions[0].type_id,
-                "0FC63DAF-8483-4772-8E79-3D69D8477DE4"
-            );
+            assert_eq!(layout.partitions[0].type_id, "0FC63DAF-8483-4772-8E79-3D69D8477DE4");
             let gpt = layout.gpt.unwrap();
-            assert_eq!(
-                (gpt.header_lba, gpt.alternate_lba, gpt.used_backup),
-                (1, 255, false)
-            );
-            assert_eq!(
-                (gpt.entry_count, gpt.entry_size, gpt.entries_lba),
-                (128, 128, 2)
-            );
+            assert_eq!((gpt.header_lba, gpt.alternate_lba, gpt.used_backup), (1, 255, false));
+            assert_eq!((gpt.entry_count, gpt.entry_size, gpt.entries_lba), (128, 128, 2));
             assert_eq!(gpt.disk_guid, "07070707-0707-0707-0707-070707070707");
             let mbr = layout.mbr.unwrap();
             assert!(mbr.protective && !mbr.hybrid);
@@ -625,10 +588,7 @@ mod tests {
         img[512 + 40] ^= 1;
         img[255 * 512 + 40] ^= 1;
         let err = read(&img, 512, img.len() as u64).unwrap_err();
-        assert!(
-            matches!(err, TableError::Unusable(ref m) if m.contains("LBA 255")),
-            "{err}"
-        );
+        assert!(matches!(err, TableError::Unusable(ref m) if m.contains("LBA 255")), "{err}");
     }
 
     #[test]
@@ -688,25 +648,14 @@ mod tests {
 
     #[test]
     fn gpt_entry_problems() {
-        let parts = [
-            (40, 99, "a"),
-            (90, 120, "b"),
-            (10, 20, "c"),
-            (150, 140, "d"),
-            (200, 300, "e"),
-        ];
+        let parts =
+            [(40, 99, "a"), (90, 120, "b"), (10, 20, "c"), (150, 140, "d"), (200, 300, "e")];
         let layout = read_img(&gpt_image(512, 256, 128, &parts), 512);
         let mut codes = problems(&layout);
         codes.sort_unstable();
         assert_eq!(
             codes,
-            [
-                "beyond_end",
-                "gpt_entry_inverted",
-                "outside_usable",
-                "outside_usable",
-                "overlap"
-            ]
+            ["beyond_end", "gpt_entry_inverted", "outside_usable", "outside_usable", "overlap"]
         );
         let numbers: Vec<_> = layout.partitions.iter().map(|p| p.number).collect();
         assert_eq!(numbers, [1, 2, 3, 5]);
@@ -726,10 +675,7 @@ mod tests {
     fn wrong_sector_size_sees_no_gpt_header() {
         // A 4096-byte GPT read as 512: the 0xEE guard says GPT, LBA 1 holds nothing.
         let img = gpt_image(4096, 64, 128, &[]);
-        assert!(matches!(
-            read(&img, 512, img.len() as u64),
-            Err(TableError::Unusable(_))
-        ));
+        assert!(matches!(read(&img, 512, img.len() as u64), Err(TableError::Unusable(_))));
     }
 }
 
