@@ -132,7 +132,8 @@ pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut 
                 layout.problems.push(Problem::new(
                     "mbr_multiple_extended",
                     format!(
-                        "partition {number} is a second extended partition; only partition {} is followed",
+                        "partition {number} is a second extended partition; \
+                         only partition {} is followed",
                         first.number
                     ),
                 ));
@@ -252,16 +253,14 @@ impl<'a> Chain<'a> {
     fn add_logical(&mut self, lba: u64, data: &Entry) {
         // The chain is capped at MAX_EBRS, so the number always fits.
         let number = u32::try_from(self.logicals.len()).map_or(u32::MAX, |n| n.saturating_add(5));
-        let Some(start) = lba.checked_add(u64::from(data.start_lba)) else {
-            let msg = format!("the logical partition in the EBR at LBA {lba} starts past 2^64");
-            self.problem("ebr_bad_entry", msg);
-            return;
-        };
+        // lba is below the device's sector count, so adding a u32 cannot overflow.
+        let start = lba.saturating_add(u64::from(data.start_lba));
         let part = partition(number, start, data, PartKind::Logical, Some(lba));
-        let inside = start >= self.ext_start
-            && part.start.checked_add(part.size).is_some_and(|end| end <= self.ext_end);
-        if !inside {
-            let msg = format!("logical partition {number} (sectors {start}+{}) is not inside the extended partition", part.size);
+        let end = start.saturating_add(part.size);
+        if start < self.ext_start || end > self.ext_end {
+            let msg = format!(
+                "logical partition {number} (sectors {start}..{end}) is not inside the extended partition"
+            );
             self.problem("logical_outside_extended", msg);
         }
         self.logicals.push(part);

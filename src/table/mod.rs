@@ -506,6 +506,26 @@ mod tests {
     }
 
     #[test]
+    fn logical_outside_extended() {
+        let mut img = mbr_extended();
+        mbr_entry(&mut img, 192 * 512, 0, 0x83, 1, 200);
+        assert_eq!(problems(&read_img(&img, 512)), ["logical_outside_extended"]);
+    }
+
+    #[test]
+    fn ebr_chain_too_long() {
+        let n = mbr::MAX_EBRS + 10;
+        let mut img = vec![0u8; (n + 2) * 512];
+        mbr_entry(&mut img, 0, 0, 0x05, 1, n as u32);
+        for i in 0..n {
+            mbr_entry(&mut img, (i + 1) * 512, 1, 0x05, i as u32 + 1, 1);
+        }
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["ebr_chain_too_long"]);
+        assert_eq!(layout.mbr.unwrap().ebrs.len(), mbr::MAX_EBRS);
+    }
+
+    #[test]
     fn ebr_without_signature_stops_chain() {
         let mut img = mbr_extended();
         img[128 * 512 + 510] = 0;
