@@ -1,0 +1,390 @@
+//! GPT: a header at LBA 1 and its backup at the last LBA, each pointing at
+//! a copy of the partition entry array.
+
+use super::{
+    le_u32, le_u64, read_lba, read_sectors, GptInfo, Label, Layout, PartKind, Partition, Problem,
+    ReadAt, TableError,
+};
+use std::fmt;
+
+pub const SIGNATURE: &[u8; 8] = b"EFI PART";
+/// UEFI revision 1.0; any 1.x minor revision reads the same.
+pub const REVISION: u32 = 0x0001_0000;
+/// Bytes of the header we know; the rest of its sector is reserved.
+pub const HEADER_SIZE: u32 = 92;
+/// The only entry size Linux accepts; UEFI allows 128 * 2^n.
+pub const ENTRY_SIZE: u32 = 128;
+/// Bigger entry arrays are treated as corrupt headers.
+pub const MAX_ENTRIES_BYTES: u64 = 16 << 20;
+/// Offset of the header CRC, zeroed while computing it.
+const HEADER_CRC_AT: usize = 16;
+
+/// A GUID as stored: the first three fields little-endian.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Guid(pub [u8; 16]);
+
+impl Guid {
+    pub fn parse(raw: &[u8]) -> Option<Guid> {
+        Some(Guid(raw.get(..16)?.try_into().ok()?))
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.0 == [0; 16]
+    }
+}
+
+/// Canonical upper-case text, e.g. 0FC63DAF-8483-4772-8E79-3D69D8477DE4.
+impl fmt::Display for Guid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = &self.0;
+        write!(
+            f,
+            "{:02X}{:02X}{:02X}{:02X}-{:02X}{:02X}-{:02X}{:02X}-",
+            b[3], b[2], b[1], b[0], b[5], b[4], b[7], b[6]
+        )?;
+        write!(f, "{:02X}{:02X}-", b[8], b[9])?;
+        b[10..].iter().try_for_each(|x| write!(f, "{x:02X}"))
+    }
+}
+
+/// A GPT header, every field as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub revision: u32,
+    pub header_size: u32,
+    pub header_crc: u32,
+    pub my_lba: u64,
+    pub alternate_lba: u64,
+    pub first_usable_lba: u64,
+    pub last_usable_lba: u64,
+    pub disk_guid: Guid,
+    pub entries_lba: u64,
+    pub entry_count: u32,
+    pub entry_size: u32,
+    pub entries_crc: u32,
+}
+
+impl Header {
+    /// Decode a header from its sector, checking what the bytes alone can
+    /// tell: signature, revision, size and CRC. The error says why, in words.
+    pub fn parse(sector: &[u8]) -> Result<Header, String> {
+        if sector.get(..8) != Some(SIGNATURE.as_slice()) {
+            return Err("header has no \"EFI PART\" signature".into());
+        }
+        let short = || "header is truncated".to_string();
+        let revision = le_u32(sector, 8).ok_or_else(short)?;
+        if revision >> 16 != REVISION >> 16 {
+            return Err(format!("header revision {revision:#010x} is not 1.x"));
+        }
+        let header_size = le_u32(sector, 12).ok_or_else(short)?;
+        let raw = usize::try_from(header_size)
+            .ok()
+            .filter(|&n| n >= HEADER_SIZE as usize)
+            .and_then(|n| sector.get(..n))
+            .ok_or_else(|| {
+                format!("header size {header_size} is outside {HEADER_SIZE}..={}", sector.len())
+            })?;
+        let header_crc = le_u32(raw, HEADER_CRC_AT).ok_or_else(short)?;
+        let computed = header_crc_of(raw);
+        if computed != header_crc {
+            return Err(format!(
+                "header CRC mismatch (stored {header_crc:#010x}, computed {computed:#010x})"
+            ));
+        }
+        Self::fields(raw, revision, header_size, header_crc).ok_or_else(short)
+    }
+
+    fn fields(raw: &[u8], revision: u32, header_size: u32, header_crc: u32) -> Option<Header> {
+        Some(Header {
+            revision,
+            header_size,
+            header_crc,
+            my_lba: le_u64(raw, 24)?,
+            alternate_lba: le_u64(raw, 32)?,
+            first_usable_lba: le_u64(raw, 40)?,
+            last_usable_lba: le_u64(raw, 48)?,
+            disk_guid: Guid::parse(raw.get(56..)?)?,
+            entries_lba: le_u64(raw, 72)?,
+            entry_count: le_u32(raw, 80)?,
+            entry_size: le_u32(raw, 84)?,
+            entries_crc: le_u32(raw, 88)?,
+        })
+    }
+
+    /// Bytes of the entry array (cannot overflow: both factors are u32).
+    pub fn entries_bytes(&self) -> u64 {
+        u64::from(self.entry_count) * u64::from(self.entry_size)
+    }
+}
+
+/// CRC32 of a header's bytes with its CRC field taken as zero.
+pub fn header_crc_of(raw: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(raw.get(..HEADER_CRC_AT).unwrap_or(raw));
+    if raw.len() > HEADER_CRC_AT {
+        hasher.update(&[0; 4]);
+        hasher.update(raw.get(HEADER_CRC_AT + 4..).unwrap_or_default());
+    }
+    hasher.finalize()
+}
+
+/// One partition entry, every field as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub type_guid: Guid,
+    pub unique_guid: Guid,
+    pub first_lba: u64,
+    pub last_lba: u64,
+    pub attributes: u64,
+    /// UTF-16LE code units, NUL-padded.
+    pub name: [u16; 36],
+}
+
+impl Entry {
+    /// Decode an entry; None when `raw` is shorter than 128 bytes.
+    pub fn parse(raw: &[u8]) -> Option<Entry> {
+        let mut name = [0u16; 36];
+        let units = raw.get(56..128)?.chunks_exact(2);
+        for (unit, pair) in name.iter_mut().zip(units) {
+            *unit = u16::from_le_bytes([*pair.first()?, *pair.get(1)?]);
+        }
+        Some(Entry {
+            type_guid: Guid::parse(raw)?,
+            unique_guid: Guid::parse(raw.get(16..)?)?,
+            first_lba: le_u64(raw, 32)?,
+            last_lba: le_u64(raw, 40)?,
+            attributes: le_u64(raw, 48)?,
+            name,
+        })
+    }
+
+    pub fn is_used(&self) -> bool {
+        !self.type_guid.is_zero()
+    }
+
+    /// The name up to its first NUL; None when empty.
+    pub fn name(&self) -> Option<String> {
+        let len = self.name.iter().position(|&u| u == 0).unwrap_or(self.name.len());
+        let units = self.name.get(..len)?;
+        (!units.is_empty()).then(|| String::from_utf16_lossy(units))
+    }
+}
+
+/// One checked copy of the table: a header and its entry array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Table {
+    pub header: Header,
+    pub entries: Vec<Entry>,
+}
+
+/// Read and check the copy whose header sits at `lba`. The error says why
+/// the copy cannot be used, phrased to follow "primary GPT " or similar.
+pub fn read_table(
+    dev: &dyn ReadAt,
+    lba: u64,
+    sector_size: u64,
+    sectors: u64,
+) -> Result<Table, String> {
+    if lba >= sectors {
+        return Err(format!("header at LBA {lba} lies past the end of the device"));
+    }
+    let sector = read_lba(dev, lba, sector_size)
+        .map_err(|e| format!("header at LBA {lba} cannot be read: {e}"))?;
+    let header = Header::parse(&sector)?;
+    check_header(&header, lba, sector_size, sectors)?;
+    let entries = read_entries(dev, &header, sector_size)?;
+    Ok(Table { header, entries })
+}
+
+/// Checks on a header's fields that the CRC cannot vouch for.
+fn check_header(h: &Header, lba: u64, sector_size: u64, sectors: u64) -> Result<(), String> {
+    if h.my_lba != lba {
+        return Err(format!("header at LBA {lba} says it lives at LBA {}", h.my_lba));
+    }
+    if h.entry_size < ENTRY_SIZE || h.entry_size % 8 != 0 {
+        return Err(format!("header gives an invalid entry size of {} bytes", h.entry_size));
+    }
+    if h.entries_bytes() > MAX_ENTRIES_BYTES {
+        return Err(format!(
+            "header gives an implausible entry array of {} bytes",
+            h.entries_bytes()
+        ));
+    }
+    if h.first_usable_lba > h.last_usable_lba {
+        let (first, last) = (h.first_usable_lba, h.last_usable_lba);
+        return Err(format!(
+            "header's first usable LBA {first} is after its last usable LBA {last}"
+        ));
+    }
+    let array_sectors = h.entries_bytes().div_ceil(sector_size);
+    if h.entries_lba.checked_add(array_sectors).is_none_or(|end| end > sectors) {
+        return Err(format!(
+            "entry array at LBA {} runs past the end of the device",
+            h.entries_lba
+        ));
+    }
+    Ok(())
+}
+
+fn read_entries(dev: &dyn ReadAt, h: &Header, sector_size: u64) -> Result<Vec<Entry>, String> {
+    let lba = h.entries_lba;
+    let count = h.entries_bytes().div_ceil(sector_size);
+    let raw = read_sectors(dev, lba, count, sector_size)
+        .map_err(|e| format!("entry array at LBA {lba} cannot be read: {e}"))?;
+    // Bounded by MAX_ENTRIES_BYTES, so it fits in usize.
+    let len =
+        usize::try_from(h.entries_bytes()).map_err(|_| "entry array too large".to_string())?;
+    let array = raw.get(..len).ok_or("entry array is truncated")?;
+    let computed = crc32fast::hash(array);
+    if computed != h.entries_crc {
+        let stored = h.entries_crc;
+        return Err(format!(
+            "entry array CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
+        ));
+    }
+    let size = usize::try_from(h.entry_size).map_err(|_| "entry size too large".to_string())?;
+    array
+        .chunks_exact(size)
+        .map(|raw| Entry::parse(raw).ok_or_else(|| "entry is truncated".to_string()))
+        .collect()
+}
+
+/// Whether LBA 1 holds a fully valid primary GPT.
+pub(crate) fn primary_valid(dev: &dyn ReadAt, sector_size: u64, sectors: u64) -> bool {
+    read_table(dev, 1, sector_size, sectors).is_ok()
+}
+
+/// Fill `layout` from the best copy of the GPT, noting every problem.
+pub(crate) fn read_into(
+    dev: &dyn ReadAt,
+    sectors: u64,
+    layout: &mut Layout,
+) -> Result<(), TableError> {
+    let ss = layout.sector_size;
+    let last = sectors.saturating_sub(1);
+    let primary = read_table(dev, 1, ss, sectors);
+    // Trust the primary's pointer; else look where the backup belongs.
+    let backup_lba = match &primary {
+        Ok(t) if t.header.alternate_lba != 1 => t.header.alternate_lba,
+        _ => last,
+    };
+    let backup = if backup_lba > 1 {
+        read_table(dev, backup_lba, ss, sectors)
+    } else {
+        Err("device has no room for a backup header".to_string())
+    };
+    let problems = &mut layout.problems;
+    let (table, header_lba, used_backup) = match (primary, backup) {
+        (Ok(p), Ok(b)) => {
+            compare(&p, &b, problems);
+            (p, 1, false)
+        }
+        (Ok(p), Err(why)) => {
+            let msg = format!("backup GPT at LBA {backup_lba} is unusable: {why}");
+            problems.push(Problem::new("gpt_backup_invalid", msg));
+            (p, 1, false)
+        }
+        (Err(why), Ok(b)) => {
+            let msg = format!("primary GPT {why}; using the backup at LBA {backup_lba}");
+            problems.push(Problem::new("gpt_primary_invalid", msg));
+            (b, backup_lba, true)
+        }
+        (Err(p), Err(b)) => {
+            return Err(TableError::Unusable(format!(
+                "primary GPT at LBA 1: {p}; backup GPT at LBA {backup_lba}: {b}"
+            )))
+        }
+    };
+    check_placement(&table.header, used_backup, sectors, problems);
+    for (slot, entry) in (1u32..).zip(&table.entries) {
+        if let Some(part) = partition(slot, entry, &table.header, problems) {
+            layout.partitions.push(part);
+        }
+    }
+    let h = table.header;
+    layout.label = Label::Gpt;
+    layout.gpt = Some(GptInfo {
+        header_lba,
+        alternate_lba: h.alternate_lba,
+        used_backup,
+        first_usable_lba: h.first_usable_lba,
+        last_usable_lba: h.last_usable_lba,
+        entries_lba: h.entries_lba,
+        entry_count: h.entry_count,
+        entry_size: h.entry_size,
+        disk_guid: h.disk_guid.to_string(),
+    });
+    Ok(())
+}
+
+/// Note where two valid copies disagree; the primary wins.
+fn compare(p: &Table, b: &Table, problems: &mut Vec<Problem>) {
+    let (ph, bh) = (&p.header, &b.header);
+    let checks = [
+        (ph.entries_crc != bh.entries_crc || p.entries != b.entries, "partition entries"),
+        (
+            ph.first_usable_lba != bh.first_usable_lba || ph.last_usable_lba != bh.last_usable_lba,
+            "usable range",
+        ),
+        (ph.disk_guid != bh.disk_guid, "disk GUID"),
+        (ph.entry_count != bh.entry_count || ph.entry_size != bh.entry_size, "entry count or size"),
+        (bh.alternate_lba != 1, "backup's pointer to the primary"),
+    ];
+    let diffs: Vec<&str> =
+        checks.iter().filter(|(differs, _)| *differs).map(|&(_, what)| what).collect();
+    if !diffs.is_empty() {
+        let msg =
+            format!("primary and backup GPT differ in: {}; using the primary", diffs.join(", "));
+        problems.push(Problem::new("gpt_backup_differs", msg));
+    }
+}
+
+/// The table should end where the device ends; images get grown or cut.
+fn check_placement(h: &Header, used_backup: bool, sectors: u64, problems: &mut Vec<Problem>) {
+    let last = sectors.saturating_sub(1);
+    let backup_at = if used_backup { h.my_lba } else { h.alternate_lba };
+    if backup_at != last || h.last_usable_lba >= last {
+        let msg = format!(
+            "the GPT puts its backup header at LBA {backup_at} and usable space up to LBA {}, \
+             but the device's last LBA is {last} (image grown or truncated?)",
+            h.last_usable_lba
+        );
+        problems.push(Problem::new("gpt_backup_not_at_end", msg));
+    }
+    if h.entry_size != ENTRY_SIZE {
+        let msg = format!(
+            "entries are {} bytes: valid per UEFI, but Linux reads only 128-byte entries",
+            h.entry_size
+        );
+        problems.push(Problem::new("gpt_entry_size", msg));
+    }
+}
+
+/// The partition in entry `slot`, if used and sane.
+fn partition(slot: u32, e: &Entry, h: &Header, problems: &mut Vec<Problem>) -> Option<Partition> {
+    if !e.is_used() {
+        return None;
+    }
+    let (first, last) = (e.first_lba, e.last_lba);
+    let Some(size) = last.checked_sub(first).and_then(|n| n.checked_add(1)) else {
+        let msg = format!("entry {slot} has the invalid range LBA {first}..={last}; ignored");
+        problems.push(Problem::new("gpt_entry_inverted", msg));
+        return None;
+    };
+    if first < h.first_usable_lba || last > h.last_usable_lba {
+        let msg = format!(
+            "partition {slot} (LBA {first}..={last}) lies outside the usable range {}..={}",
+            h.first_usable_lba, h.last_usable_lba
+        );
+        problems.push(Problem::new("outside_usable", msg));
+    }
+    Some(Partition {
+        number: slot,
+        start: first,
+        size,
+        kind: PartKind::Gpt,
+        type_id: e.type_guid.to_string(),
+        name: e.name(),
+        ebr: None,
+    })
+}

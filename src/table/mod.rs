@@ -39,6 +39,14 @@ impl ReadAt for [u8] {
     }
 }
 
+/// `&[u8]` cannot become `&dyn ReadAt` (unsized), so in-memory images
+/// are passed as `&Vec<u8>`.
+impl ReadAt for Vec<u8> {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.as_slice().read_exact_at(buf, offset)
+    }
+}
+
 /// What role a partition plays in its table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -131,4 +139,632 @@ pub enum TableError {
     Unusable(String),
     #[error("unsupported sector size {0} (must be a power of two from 512 to 4096)")]
     SectorSize(u64),
+}
+
+/// Logical sector sizes we read tables for.
+fn valid_sector_size(size: u64) -> bool {
+    (512..=4096).contains(&size) && size.is_power_of_two()
+}
+
+/// Read whatever table `dev` holds. `sector_size` is the logical sector
+/// size (512..=4096, power of two); `size_bytes` the device or image size.
+pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layout, TableError> {
+    if !valid_sector_size(sector_size) {
+        return Err(TableError::SectorSize(sector_size));
+    }
+    let sectors = size_bytes / sector_size;
+    let mut layout = Layout {
+        label: Label::None,
+        sector_size,
+        partitions: Vec::new(),
+        problems: Vec::new(),
+        gpt: None,
+        mbr: None,
+    };
+    if sectors == 0 {
+        return Ok(layout);
+    }
+    let lba0 = read_lba(dev, 0, sector_size)?;
+    let mbr = mbr::Mbr::parse(&lba0);
+    let guarded = mbr.as_ref().is_some_and(mbr::Mbr::guards_gpt);
+    if guarded || gpt::primary_valid(dev, sector_size, sectors) {
+        if let Some(mbr) = &mbr {
+            layout.mbr = Some(mbr.gpt_guard_info(&mut layout.problems));
+        }
+        if !guarded {
+            layout.problems.push(Problem::new(
+                "gpt_without_protective_mbr",
+                "valid GPT at LBA 1 but no protective MBR (type 0xEE); \
+                 Linux ignores such a GPT unless booted with `gpt`",
+            ));
+        }
+        gpt::read_into(dev, sectors, &mut layout)?;
+    } else if let Some(mbr) = &mbr {
+        mbr::read_into(dev, mbr, sectors, &mut layout);
+    }
+    layout.partitions.sort_by_key(|p| p.number);
+    check_bounds(&mut layout, sectors);
+    check_overlaps(&mut layout);
+    Ok(layout)
+}
+
+/// For images: the logical sector size implied by where a GPT header sits
+/// (byte 512 or byte 4096; 512 wins if both).
+pub fn detect_sector_size(dev: &dyn ReadAt, size_bytes: u64) -> Option<u64> {
+    [512, 4096].into_iter().find(|&offset| {
+        let mut sig = [0u8; 8];
+        offset + 8 <= size_bytes
+            && dev.read_exact_at(&mut sig, offset).is_ok()
+            && &sig == gpt::SIGNATURE
+    })
+}
+
+/// Read `count` sectors from `lba`, failing cleanly on offsets that overflow.
+pub(crate) fn read_sectors(
+    dev: &dyn ReadAt,
+    lba: u64,
+    count: u64,
+    sector_size: u64,
+) -> io::Result<Vec<u8>> {
+    let bad = || io::Error::new(io::ErrorKind::InvalidInput, "sector range overflows");
+    let offset = lba.checked_mul(sector_size).ok_or_else(bad)?;
+    let len = count.checked_mul(sector_size).ok_or_else(bad)?;
+    let mut buf = vec![0u8; usize::try_from(len).map_err(|_| bad())?];
+    dev.read_exact_at(&mut buf, offset)?;
+    Ok(buf)
+}
+
+pub(crate) fn read_lba(dev: &dyn ReadAt, lba: u64, sector_size: u64) -> io::Result<Vec<u8>> {
+    read_sectors(dev, lba, 1, sector_size)
+}
+
+/// Little-endian fields at fixed offsets; None when `buf` is too short.
+pub(crate) fn le_u16(buf: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_le_bytes(buf.get(at..at.checked_add(2)?)?.try_into().ok()?))
+}
+
+pub(crate) fn le_u32(buf: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(buf.get(at..at.checked_add(4)?)?.try_into().ok()?))
+}
+
+pub(crate) fn le_u64(buf: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(buf.get(at..at.checked_add(8)?)?.try_into().ok()?))
+}
+
+/// One past the last sector of `p`, or None if that overflows.
+fn end_of(p: &Partition) -> Option<u64> {
+    p.start.checked_add(p.size)
+}
+
+fn check_bounds(layout: &mut Layout, sectors: u64) {
+    for p in &layout.partitions {
+        if end_of(p).is_none_or(|end| end > sectors) {
+            layout.problems.push(Problem::new(
+                "beyond_end",
+                format!(
+                    "partition {} (sectors {}+{}) extends past the end of the device ({} sectors)",
+                    p.number, p.start, p.size, sectors
+                ),
+            ));
+        }
+    }
+}
+
+/// Report overlapping partitions. A sweep in start order keeps this linear
+/// for GPTs with many entries; the extended container is checked apart,
+/// since it holds its logicals by design.
+fn check_overlaps(layout: &mut Layout) {
+    let mut found = Vec::new();
+    let mut sorted: Vec<&Partition> =
+        layout.partitions.iter().filter(|p| p.size > 0 && p.kind != PartKind::Extended).collect();
+    sorted.sort_by_key(|p| (p.start, p.number));
+    let mut reach: Option<(&Partition, u64)> = None;
+    for p in sorted {
+        let end = end_of(p).unwrap_or(u64::MAX);
+        if let Some((q, q_end)) = reach {
+            if p.start < q_end {
+                found.push(overlap(q, p));
+            }
+            if end <= q_end {
+                continue;
+            }
+        }
+        reach = Some((p, end));
+    }
+    // At most four MBR slots, so pairwise is cheap.
+    let slots: Vec<&Partition> = layout
+        .partitions
+        .iter()
+        .filter(|p| matches!(p.kind, PartKind::Primary | PartKind::Extended))
+        .collect();
+    for (i, a) in slots.iter().enumerate() {
+        for b in slots.iter().skip(i + 1) {
+            let has_ext = a.kind == PartKind::Extended || b.kind == PartKind::Extended;
+            if has_ext && intersects(a, b) {
+                found.push(overlap(a, b));
+            }
+        }
+    }
+    layout.problems.extend(found);
+}
+
+fn intersects(a: &Partition, b: &Partition) -> bool {
+    let a_end = end_of(a).unwrap_or(u64::MAX);
+    let b_end = end_of(b).unwrap_or(u64::MAX);
+    a.size > 0 && b.size > 0 && a.start < b_end && b.start < a_end
+}
+
+fn overlap(a: &Partition, b: &Partition) -> Problem {
+    let (a, b) = if a.number <= b.number { (a, b) } else { (b, a) };
+    Problem::new(
+        "overlap",
+        format!(
+            "partitions {} (sectors {}+{}) and {} (sectors {}+{}) overlap",
+            a.number, a.start, a.size, b.number, b.start, b.size
+        ),
+    )
+}
+
+/// Hand-built images for tests. Test fixtures only, not a table writer.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use super::gpt::header_crc_of;
+
+    /// Linux filesystem data, 0FC63DAF-8483-4772-8E79-3D69D8477DE4, as stored.
+    pub const LINUX: [u8; 16] = [
+        0xAF, 0x3D, 0xC6, 0x0F, 0x83, 0x84, 0x72, 0x47, 0x8E, 0x79, 0x3D, 0x69, 0xD8, 0x47, 0x7D,
+        0xE4,
+    ];
+    pub const DISK_GUID: [u8; 16] = [7; 16];
+
+    fn put(img: &mut [u8], at: usize, bytes: &[u8]) {
+        img[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn at(lba: u64, ss: u64) -> usize {
+        usize::try_from(lba * ss).unwrap()
+    }
+
+    /// Write entry `slot` of the boot record at byte `base`, and sign it.
+    pub fn mbr_entry(img: &mut [u8], base: usize, slot: usize, kind: u8, start: u32, sectors: u32) {
+        let e = base + 446 + slot * 16;
+        img[e + 4] = kind;
+        put(img, e + 8, &start.to_le_bytes());
+        put(img, e + 12, &sectors.to_le_bytes());
+        put(img, base + 510, &[0x55, 0xAA]);
+    }
+
+    /// 512 sectors: primary 1 (1+63), extended 2 (64+256) holding EBRs at
+    /// 64, 128, 192 that describe logicals 65+63, 129+63, 193+100.
+    pub fn mbr_extended() -> Vec<u8> {
+        let mut img = vec![0u8; 512 * 512];
+        mbr_entry(&mut img, 0, 0, 0x83, 1, 63);
+        mbr_entry(&mut img, 0, 1, 0x05, 64, 256);
+        for (ebr, size, next) in [(64, 63, 64), (128, 63, 128), (192, 100, 0)] {
+            mbr_entry(&mut img, ebr * 512, 0, 0x83, 1, size);
+            if next != 0 {
+                mbr_entry(&mut img, ebr * 512, 1, 0x05, next, 64);
+            }
+        }
+        img
+    }
+
+    /// A GPT image with `sectors` sectors, 128 entries of `entry_size`
+    /// bytes, and partitions (first, last, name) in slots 1, 2, ...
+    pub fn gpt_image(
+        ss: u64,
+        sectors: u64,
+        entry_size: u32,
+        parts: &[(u64, u64, &str)],
+    ) -> Vec<u8> {
+        let mut img = vec![0u8; at(sectors, ss)];
+        mbr_entry(&mut img, 0, 0, 0xEE, 1, u32::try_from(sectors - 1).unwrap_or(u32::MAX));
+        let mut array = vec![0u8; 128 * entry_size as usize];
+        for (i, (first, last, name)) in parts.iter().enumerate() {
+            let e = i * entry_size as usize;
+            put(&mut array, e, &LINUX);
+            put(&mut array, e + 16, &[i as u8 + 1; 16]);
+            put(&mut array, e + 32, &first.to_le_bytes());
+            put(&mut array, e + 40, &last.to_le_bytes());
+            let name: Vec<u8> = name.encode_utf16().flat_map(u16::to_le_bytes).collect();
+            put(&mut array, e + 56, &name);
+        }
+        let array_sectors = (array.len() as u64).div_ceil(ss);
+        let last = sectors - 1;
+        let usable = (2 + array_sectors, last - 1 - array_sectors);
+        let crc = crc32fast::hash(&array);
+        put(&mut img, at(2, ss), &array);
+        put(&mut img, at(last - array_sectors, ss), &array);
+        let header = |my: u64, alt: u64, entries: u64| {
+            let mut h = vec![0u8; 92];
+            put(&mut h, 0, b"EFI PART");
+            put(&mut h, 8, &0x0001_0000u32.to_le_bytes());
+            put(&mut h, 12, &92u32.to_le_bytes());
+            put(&mut h, 24, &my.to_le_bytes());
+            put(&mut h, 32, &alt.to_le_bytes());
+            put(&mut h, 40, &usable.0.to_le_bytes());
+            put(&mut h, 48, &usable.1.to_le_bytes());
+            put(&mut h, 56, &DISK_GUID);
+            put(&mut h, 72, &entries.to_le_bytes());
+            put(&mut h, 80, &128u32.to_le_bytes());
+            put(&mut h, 84, &entry_size.to_le_bytes());
+            put(&mut h, 88, &crc.to_le_bytes());
+            h
+        };
+        put(&mut img, at(1, ss), &header(1, last, 2));
+        put(&mut img, at(last, ss), &header(last, 1, last - array_sectors));
+        reseal(&mut img, ss, 1);
+        reseal(&mut img, ss, last);
+        img
+    }
+
+    /// Recompute the CRC of the 92-byte header at `lba`.
+    pub fn reseal(img: &mut [u8], ss: u64, lba: u64) {
+        let h = at(lba, ss);
+        if let Some(raw) = img.get(h..h + 92) {
+            let crc = header_crc_of(raw);
+            put(img, h + 16, &crc.to_le_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+
+    fn problems(layout: &Layout) -> Vec<&'static str> {
+        layout.problems.iter().map(|p| p.code).collect()
+    }
+
+    fn read_img(img: &[u8], ss: u64) -> Layout {
+        read(&img.to_vec(), ss, img.len() as u64).unwrap()
+    }
+
+    #[test]
+    fn blank_disk_has_no_label() {
+        let layout = read_img(&[0u8; 8192], 512);
+        assert_eq!(layout.label, Label::None);
+        assert!(layout.partitions.is_empty() && layout.problems.is_empty());
+        assert_eq!(read_img(&[], 512).label, Label::None);
+    }
+
+    #[test]
+    fn bad_sector_size() {
+        for ss in [0, 256, 768, 8192] {
+            assert!(
+                matches!(read(&vec![0u8; 512], ss, 512), Err(TableError::SectorSize(s)) if s == ss)
+            );
+        }
+    }
+
+    #[test]
+    fn mbr_primaries_keep_slot_numbers() {
+        let mut img = vec![0u8; 4096 * 512];
+        mbr_entry(&mut img, 0, 0, 0x83, 2048, 1000);
+        mbr_entry(&mut img, 0, 2, 0x07, 3048, 1048);
+        img[440..444].copy_from_slice(&0xDEAD_BEEFu32.to_le_bytes());
+        let layout = read_img(&img, 512);
+        assert_eq!(layout.label, Label::Mbr);
+        assert!(layout.problems.is_empty(), "{:?}", layout.problems);
+        let got: Vec<_> = layout
+            .partitions
+            .iter()
+            .map(|p| (p.number, p.start, p.size, p.type_id.as_str()))
+            .collect();
+        assert_eq!(got, [(1, 2048, 1000, "0x83"), (3, 3048, 1048, "0x07")]);
+        assert_eq!(layout.mbr.unwrap().disk_signature, 0xDEAD_BEEF);
+    }
+
+    #[test]
+    fn mbr_overlap_and_beyond_end() {
+        let mut img = vec![0u8; 4096 * 512];
+        mbr_entry(&mut img, 0, 0, 0x83, 2048, 1000);
+        mbr_entry(&mut img, 0, 1, 0x83, 2500, 1000);
+        mbr_entry(&mut img, 0, 2, 0x83, 4000, 1000);
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["beyond_end", "overlap"]);
+        assert!(layout.problems[1].message.contains("partitions 1 "));
+    }
+
+    #[test]
+    fn extended_with_three_logicals() {
+        let layout = read_img(&mbr_extended(), 512);
+        assert!(layout.problems.is_empty(), "{:?}", layout.problems);
+        let got: Vec<_> =
+            layout.partitions.iter().map(|p| (p.number, p.start, p.size, p.kind, p.ebr)).collect();
+        assert_eq!(
+            got,
+            [
+                (1, 1, 63, PartKind::Primary, None),
+                (2, 64, 256, PartKind::Extended, None),
+                (5, 65, 63, PartKind::Logical, Some(64)),
+                (6, 129, 63, PartKind::Logical, Some(128)),
+                (7, 193, 100, PartKind::Logical, Some(192)),
+            ]
+        );
+        assert_eq!(layout.partitions[1].type_id, "0x05");
+        assert_eq!(layout.mbr.unwrap().ebrs, [64, 128, 192]);
+    }
+
+    #[test]
+    fn extended_overlapping_primary() {
+        let mut img = mbr_extended();
+        mbr_entry(&mut img, 0, 2, 0x83, 300, 50);
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["overlap"]);
+        assert!(layout.problems[0].message.contains("partitions 2 "));
+    }
+
+    #[test]
+    fn ebr_loop_is_caught() {
+        let mut img = mbr_extended();
+        mbr_entry(&mut img, 192 * 512, 1, 0x05, 64, 64); // third EBR links to the second
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["ebr_loop"]);
+        assert_eq!(layout.partitions.len(), 5);
+    }
+
+    #[test]
+    fn logical_outside_extended() {
+        let mut img = mbr_extended();
+        mbr_entry(&mut img, 192 * 512, 0, 0x83, 1, 200);
+        assert_eq!(problems(&read_img(&img, 512)), ["logical_outside_extended"]);
+    }
+
+    #[test]
+    fn ebr_chain_too_long() {
+        let n = mbr::MAX_EBRS + 10;
+        let mut img = vec![0u8; (n + 2) * 512];
+        mbr_entry(&mut img, 0, 0, 0x05, 1, n as u32);
+        for i in 0..n {
+            mbr_entry(&mut img, (i + 1) * 512, 1, 0x05, i as u32 + 1, 1);
+        }
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["ebr_chain_too_long"]);
+        assert_eq!(layout.mbr.unwrap().ebrs.len(), mbr::MAX_EBRS);
+    }
+
+    #[test]
+    fn ebr_without_signature_stops_chain() {
+        let mut img = mbr_extended();
+        img[128 * 512 + 510] = 0;
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["ebr_bad_signature"]);
+        assert_eq!(layout.mbr.unwrap().ebrs, [64]);
+    }
+
+    #[test]
+    fn ebr_link_outside_extended() {
+        let mut img = mbr_extended();
+        mbr_entry(&mut img, 192 * 512, 1, 0x05, 4000, 64);
+        assert_eq!(problems(&read_img(&img, 512)), ["ebr_link_outside"]);
+    }
+
+    #[test]
+    fn empty_extended_is_fine() {
+        let mut img = vec![0u8; 512 * 512];
+        mbr_entry(&mut img, 0, 1, 0x0F, 64, 256);
+        img[64 * 512 + 510..64 * 512 + 512].copy_from_slice(&[0x55, 0xAA]);
+        let layout = read_img(&img, 512);
+        assert!(layout.problems.is_empty(), "{:?}", layout.problems);
+        assert_eq!(layout.partitions.len(), 1);
+        assert_eq!(layout.mbr.unwrap().ebrs, [64]);
+    }
+
+    #[test]
+    fn gpt_valid_at_512_and_4096() {
+        for ss in [512, 4096] {
+            let img = gpt_image(ss, 256, 128, &[(40, 99, "root"), (100, 199, "")]);
+            let layout = read_img(&img, ss);
+            assert_eq!(layout.label, Label::Gpt);
+            assert!(layout.problems.is_empty(), "{ss}: {:?}", layout.problems);
+            let got: Vec<_> = layout
+                .partitions
+                .iter()
+                .map(|p| (p.number, p.start, p.size, p.name.as_deref()))
+                .collect();
+            assert_eq!(got, [(1, 40, 60, Some("root")), (2, 100, 100, None)]);
+            assert_eq!(layout.partitions[0].type_id, "0FC63DAF-8483-4772-8E79-3D69D8477DE4");
+            let gpt = layout.gpt.unwrap();
+            assert_eq!((gpt.header_lba, gpt.alternate_lba, gpt.used_backup), (1, 255, false));
+            assert_eq!((gpt.entry_count, gpt.entry_size, gpt.entries_lba), (128, 128, 2));
+            assert_eq!(gpt.disk_guid, "07070707-0707-0707-0707-070707070707");
+            let mbr = layout.mbr.unwrap();
+            assert!(mbr.protective && !mbr.hybrid);
+        }
+    }
+
+    #[test]
+    fn gpt_entry_size_256() {
+        let img = gpt_image(512, 256, 256, &[(100, 149, "a"), (150, 159, "b")]);
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["gpt_entry_size"]);
+        assert_eq!(layout.partitions.len(), 2);
+        assert_eq!(layout.partitions[1].name.as_deref(), Some("b"));
+    }
+
+    #[test]
+    fn corrupt_primary_uses_backup() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
+        img[512 + 40] ^= 1;
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["gpt_primary_invalid"]);
+        assert!(
+            layout.problems[0].message.contains("CRC mismatch"),
+            "{}",
+            layout.problems[0].message
+        );
+        assert!(layout.problems[0].message.contains("backup at LBA 255"));
+        let gpt = layout.gpt.unwrap();
+        assert!(gpt.used_backup);
+        assert_eq!((gpt.header_lba, gpt.alternate_lba), (255, 1));
+        assert_eq!(layout.partitions[0].start, 40);
+    }
+
+    #[test]
+    fn both_corrupt_is_unusable() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
+        img[512 + 40] ^= 1;
+        img[255 * 512 + 40] ^= 1;
+        let err = read(&img, 512, img.len() as u64).unwrap_err();
+        assert!(matches!(err, TableError::Unusable(ref m) if m.contains("LBA 255")), "{err}");
+    }
+
+    #[test]
+    fn corrupt_entries_crc_uses_backup() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
+        img[2 * 512 + 33] ^= 1;
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["gpt_primary_invalid"]);
+        assert!(layout.problems[0].message.contains("entry array CRC"));
+    }
+
+    #[test]
+    fn corrupt_backup_is_reported() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
+        img[255 * 512] = b'X';
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["gpt_backup_invalid"]);
+    }
+
+    #[test]
+    fn differing_backup_is_reported() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
+        img[255 * 512 + 56] ^= 1;
+        reseal(&mut img, 512, 255);
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["gpt_backup_differs"]);
+        assert!(layout.problems[0].message.contains("disk GUID"));
+    }
+
+    #[test]
+    fn grown_image_leaves_backup_behind() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
+        img.resize(512 * 512, 0);
+        assert_eq!(problems(&read_img(&img, 512)), ["gpt_backup_not_at_end"]);
+    }
+
+    #[test]
+    fn hybrid_mbr() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
+        mbr_entry(&mut img, 0, 1, 0x83, 40, 60);
+        let layout = read_img(&img, 512);
+        assert_eq!(problems(&layout), ["hybrid_mbr"]);
+        let mbr = layout.mbr.unwrap();
+        assert!(mbr.hybrid && !mbr.protective);
+        assert_eq!(layout.partitions.len(), 1);
+    }
+
+    #[test]
+    fn gpt_without_protective_mbr() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
+        img[..512].fill(0);
+        let layout = read_img(&img, 512);
+        assert_eq!(layout.label, Label::Gpt);
+        assert_eq!(problems(&layout), ["gpt_without_protective_mbr"]);
+        assert!(layout.mbr.is_none());
+    }
+
+    #[test]
+    fn gpt_entry_problems() {
+        let parts =
+            [(40, 99, "a"), (90, 120, "b"), (10, 20, "c"), (150, 140, "d"), (200, 300, "e")];
+        let layout = read_img(&gpt_image(512, 256, 128, &parts), 512);
+        let mut codes = problems(&layout);
+        codes.sort_unstable();
+        assert_eq!(
+            codes,
+            ["beyond_end", "gpt_entry_inverted", "outside_usable", "outside_usable", "overlap"]
+        );
+        let numbers: Vec<_> = layout.partitions.iter().map(|p| p.number).collect();
+        assert_eq!(numbers, [1, 2, 3, 5]);
+    }
+
+    #[test]
+    fn sector_size_detection() {
+        let img = gpt_image(512, 256, 128, &[]);
+        assert_eq!(detect_sector_size(&img, img.len() as u64), Some(512));
+        let img = gpt_image(4096, 64, 128, &[]);
+        assert_eq!(detect_sector_size(&img, img.len() as u64), Some(4096));
+        assert_eq!(detect_sector_size(&vec![0u8; 8192], 8192), None);
+        assert_eq!(detect_sector_size(&vec![0u8; 100], 100), None);
+    }
+
+    #[test]
+    fn wrong_sector_size_sees_no_gpt_header() {
+        // A 4096-byte GPT read as 512: the 0xEE guard says GPT, LBA 1 holds nothing.
+        let img = gpt_image(4096, 64, 128, &[]);
+        assert!(matches!(read(&img, 512, img.len() as u64), Err(TableError::Unusable(_))));
+    }
+}
+
+#[cfg(test)]
+mod prop {
+    use super::fixtures::*;
+    use super::*;
+    use proptest::prelude::*;
+
+    fn sector_size() -> impl Strategy<Value = u64> {
+        prop_oneof![Just(512u64), Just(1024), Just(2048), Just(4096)]
+    }
+
+    /// Offsets inside the boot records, headers and entry arrays, where a
+    /// flipped byte changes what the reader does.
+    fn hot_offset(len: usize) -> impl Strategy<Value = usize> {
+        prop_oneof![0..1024usize, 1024..3072usize, (len - 512)..len, 0..len]
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic(
+            bytes in proptest::collection::vec(any::<u8>(), 0..20_000),
+            ss in sector_size(),
+            extra in 0u64..1 << 40,
+            signed in any::<bool>(),
+        ) {
+            let mut bytes = bytes;
+            if signed && bytes.len() >= 512 {
+                bytes[510..512].copy_from_slice(&[0x55, 0xAA]);
+            }
+            for size in [bytes.len() as u64, bytes.len() as u64 + extra, extra] {
+                let _ = read(&bytes, ss, size);
+                let _ = detect_sector_size(&bytes, size);
+            }
+        }
+
+        #[test]
+        fn mutated_gpt_never_panics(
+            muts in proptest::collection::vec((hot_offset(128 * 512), any::<u8>()), 1..8),
+            reseal_headers in any::<bool>(),
+            ss in sector_size(),
+        ) {
+            let mut img = gpt_image(512, 128, 128, &[(34, 60, "a"), (61, 94, "b")]);
+            for (at, byte) in muts {
+                img[at] = byte;
+            }
+            if reseal_headers {
+                reseal(&mut img, 512, 1);
+                reseal(&mut img, 512, 127);
+            }
+            let _ = read(&img, ss, img.len() as u64);
+            let _ = read(&img, 512, img.len() as u64);
+        }
+
+        #[test]
+        fn mutated_mbr_never_panics(
+            muts in proptest::collection::vec(
+                (prop_oneof![Just(0usize), Just(64), Just(128), Just(192)], 440..512usize, any::<u8>()),
+                1..8,
+            ),
+            ss in sector_size(),
+        ) {
+            let mut img = mbr_extended();
+            for (sector, at, byte) in muts {
+                img[sector * 512 + at] = byte;
+            }
+            let _ = read(&img, ss, img.len() as u64);
+            let _ = read(&img, 512, img.len() as u64);
+        }
+    }
 }
