@@ -1,81 +1,7 @@
 //! Our table readers against util-linux and GPT fdisk on the same images.
 
-// Stand-in for tests/common (`mod common;`), which does not compile yet
-// (E0597 in `which`); same skip-or-fail rules, so switch back once fixed.
-mod common {
-    use std::io::Write;
-    use std::path::{Path, PathBuf};
-    use std::process::{Command, Output, Stdio};
+mod common;
 
-    fn which(tool: &str) -> Option<PathBuf> {
-        let path = std::env::var("PATH").unwrap_or_default();
-        let found = path
-            .split(':')
-            .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"])
-            .map(|dir| Path::new(dir).join(tool))
-            .find(|p| p.is_file());
-        found
-    }
-
-    /// True when the tools exist; else skip, or fail under BLKALIGN_TEST_STRICT=1.
-    pub fn needs(tools: &[&str]) -> bool {
-        let missing: Vec<&str> = tools.iter().copied().filter(|t| which(t).is_none()).collect();
-        if missing.is_empty() {
-            return true;
-        }
-        let strict = std::env::var("BLKALIGN_TEST_STRICT").is_ok_and(|v| v == "1");
-        assert!(!strict, "BLKALIGN_TEST_STRICT=1 and this test needs {missing:?}");
-        eprintln!("skipped: this test needs {missing:?}");
-        false
-    }
-
-    pub fn run(program: &str, args: &[&str]) -> Output {
-        run_stdin(program, args, "")
-    }
-
-    pub fn run_stdin(program: &str, args: &[&str], stdin: &str) -> Output {
-        let exe = which(program).unwrap_or_else(|| PathBuf::from(program));
-        let mut child = Command::new(exe)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
-        child.stdin.take().expect("stdin").write_all(stdin.as_bytes()).expect("write stdin");
-        let out = child.wait_with_output().expect("wait");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{program} {args:?} failed: {err}");
-        out
-    }
-
-    /// A sparse image file in its own temporary directory.
-    pub struct Image {
-        _dir: tempfile::TempDir,
-        pub path: PathBuf,
-    }
-
-    impl Image {
-        pub fn new(size: u64) -> Image {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let path = dir.path().join("disk.img");
-            std::fs::File::create(&path).and_then(|f| f.set_len(size)).expect("create image");
-            Image { _dir: dir, path }
-        }
-
-        pub fn sfdisk(size: u64, script: &str) -> Image {
-            let image = Image::new(size);
-            run_stdin("sfdisk", &["--no-reread", "--no-tell-kernel", image.str()], script);
-            image
-        }
-
-        pub fn str(&self) -> &str {
-            self.path.to_str().expect("utf-8 temp path")
-        }
-    }
-}
-
-use blkalign::table::{self, Label, Layout, PartKind};
 use common::{run, Image};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -122,7 +48,7 @@ fn assert_same(image: &Image, label: Label) -> Layout {
 
 #[test]
 fn sfdisk_dos_with_logicals() {
-    if !common::needs(&["sfdisk"]) {
+    if !common::needs(false, &["sfdisk"]) {
         return;
     }
     let script = "label: dos\n,1M,83\n,1M,7\n,1M,83\n,10M,5\n,1M,83\n,2M,83\n,1M,82\n";
@@ -138,7 +64,7 @@ fn sfdisk_dos_with_logicals() {
 
 #[test]
 fn sfdisk_gpt() {
-    if !common::needs(&["sfdisk"]) {
+    if !common::needs(false, &["sfdisk"]) {
         return;
     }
     let script = "label: gpt\nsize=1M\nsize=3M, name=root\nstart=16M, size=5M\n";
@@ -151,7 +77,7 @@ fn sfdisk_gpt() {
 
 #[test]
 fn sgdisk_gpt_and_its_backup() {
-    if !common::needs(&["sgdisk", "sfdisk"]) {
+    if !common::needs(false, &["sgdisk", "sfdisk"]) {
         return;
     }
     let image = Image::new(32 * MIB);
@@ -173,7 +99,7 @@ fn sgdisk_gpt_and_its_backup() {
 
 #[test]
 fn grown_image_is_flagged() {
-    if !common::needs(&["sfdisk"]) {
+    if !common::needs(false, &["sfdisk"]) {
         return;
     }
     let image = Image::sfdisk(16 * MIB, "label: gpt\n,4M\n");

@@ -4,6 +4,7 @@
 
 pub mod gpt;
 pub mod mbr;
+pub mod types;
 
 use serde::Serialize;
 use std::io;
@@ -59,6 +60,8 @@ pub enum PartKind {
     Logical,
     /// A GPT entry.
     Gpt,
+    /// Known only from the kernel's view (the table could not be read).
+    Unknown,
 }
 
 /// One partition, in logical sectors of the table's sector size.
