@@ -114,6 +114,12 @@ pub enum PlanError {
     Cylinder,
     #[error("the disk is too small for a {0:?} table")]
     TooSmall(Label),
+    #[error("unknown partition type {0:?} for {1:?}: use a name (linux, swap, efi, lvm, raid, ...), an MBR hex code or a GPT type GUID")]
+    Type(String, Label),
+    #[error("partition name {0:?}: {1}")]
+    Name(String, &'static str),
+    #[error("a GPT holds at most 128 partitions, not {0}")]
+    TooMany(usize),
 }
 
 /// The grain in bytes for `align` on `disk`.
@@ -147,6 +153,11 @@ pub fn plan(
     if requests.iter().rev().skip(1).any(|r| r.size == Size::Rest) {
         return Err(PlanError::RestNotLast);
     }
+    if label == Label::Gpt && requests.len() > 128 {
+        return Err(PlanError::TooMany(requests.len()));
+    }
+    let requests = requests.iter().map(|r| resolve(label, r)).collect::<Result<Vec<_>, _>>()?;
+    let requests = requests.as_slice();
     let mut grain_bytes = grain(disk, align)?;
     if cylinder_compatible {
         if disk.logical != 512 {
@@ -265,6 +276,14 @@ impl Layouter<'_> {
         align_up(bytes, self.grain, self.disk.alignment_offset).map_or(u64::MAX, |b| b.div_ceil(self.disk.logical))
     }
 
+    /// One past the last grain boundary within the usable area: `rest` ends
+    /// there so the next layer (LUKS, LVM, a later partition) stays aligned.
+    fn rest_end(&self) -> u64 {
+        let logical = self.disk.logical;
+        let end = self.last.saturating_add(1).saturating_mul(logical);
+        align_down(end, self.grain, self.disk.alignment_offset).map_or(0, |b| b / logical)
+    }
+
     /// Sectors for request `index` starting at `start`: fixed sizes exact,
     /// `rest` to the last usable LBA, ends kept before the last usable.
     fn size_at(&self, index: usize, size: Size, start: u64) -> Result<u64, PlanError> {
@@ -277,11 +296,71 @@ impl Layouter<'_> {
                 rounded / logical
             }
             Size::Percent(p) => return Err(PlanError::Percent(p)),
-            Size::Rest => self.last.saturating_add(1).saturating_sub(start),
+            Size::Rest => self.rest_end().saturating_sub(start),
         };
         let end = start.checked_add(wanted).filter(|&e| wanted > 0 && e <= self.last + 1);
         end.map(|_| wanted).ok_or(PlanError::NoRoom(index + 1, wanted, start, self.last))
     }
+}
+
+/// `r` with its type as the table stores it and its name checked.
+fn resolve(label: Label, r: &Request) -> Result<Request, PlanError> {
+    if let Some(name) = &r.name {
+        if label == Label::Mbr {
+            return Err(PlanError::Name(name.clone(), "only GPT partitions have names"));
+        }
+        if name.encode_utf16().count() > 36 {
+            return Err(PlanError::Name(name.clone(), "longer than the 36 UTF-16 units a GPT entry holds"));
+        }
+    }
+    let type_id = resolve_type(label, &r.type_id)?;
+    Ok(Request { type_id, ..r.clone() })
+}
+
+/// Partition types by name: (names, MBR code, GPT type GUID).
+const TYPES: &[(&[&str], Option<u8>, Option<&str>)] = &[
+    (&["linux", "linux-data"], Some(0x83), Some("0FC63DAF-8483-4772-8E79-3D69D8477DE4")),
+    (&["swap", "linux-swap"], Some(0x82), Some("0657FD6D-A4AB-43C4-84E5-0933C84B4F4F")),
+    (&["efi", "esp", "uefi"], Some(0xef), Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B")),
+    (&["lvm", "linux-lvm"], Some(0x8e), Some("E6D6D379-F507-44C2-A23C-238F2A3DF928")),
+    (&["raid", "linux-raid"], Some(0xfd), Some("A19D880F-05FC-4D3B-A006-743F0F84911E")),
+    (&["bios-boot", "bios"], None, Some("21686148-6449-6E6F-744E-656564454649")),
+    (&["windows", "ntfs", "msdata"], Some(0x07), Some("EBD0A0A2-B9E5-4433-87C0-68B6B72699C7")),
+    (&["fat32", "vfat"], Some(0x0c), Some("EBD0A0A2-B9E5-4433-87C0-68B6B72699C7")),
+    (&["fat16"], Some(0x06), None),
+    (&["extended"], Some(0x05), None),
+    (&["linux-root-x86-64", "root"], None, Some("4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709")),
+    (&["linux-home", "home"], None, Some("933AC7E1-2EB4-4F13-B844-0E14E2AEF915")),
+    (&["luks"], None, Some("CA7D7CCB-63ED-4C53-861C-1742536059CC")),
+    (&["zfs"], Some(0xbf), Some("6A898CC3-1DD2-11B2-99A6-080020736631")),
+    (&["freebsd"], Some(0xa5), Some("516E7CB4-6ECF-11D6-8FF8-00022D09712B")),
+    (&["apple-hfs", "hfs"], Some(0xaf), Some("48465300-0000-11AA-AA11-00306543ECAC")),
+];
+
+/// A TYPE as typed, as its table stores it: "0x83" on MBR, an upper-case
+/// GUID on GPT. Names, MBR hex codes ("83", "0x83") and GUIDs are accepted.
+pub fn resolve_type(label: Label, text: &str) -> Result<String, PlanError> {
+    let bad = || PlanError::Type(text.to_string(), label);
+    let t = text.trim().to_ascii_lowercase();
+    let named = TYPES.iter().find(|(names, _, _)| names.contains(&t.as_str()));
+    match (label, named) {
+        (Label::Mbr, Some((_, code, _))) => code.map(|c| format!("0x{c:02x}")).ok_or_else(bad),
+        (Label::Gpt, Some((_, _, guid))) => guid.map(str::to_string).ok_or_else(bad),
+        (Label::Mbr, None) => {
+            let hex = t.strip_prefix("0x").unwrap_or(&t);
+            let code = u8::from_str_radix(hex, 16).ok().filter(|&c| c != 0 && hex.len() <= 2);
+            code.map(|c| format!("0x{c:02x}")).ok_or_else(bad)
+        }
+        (Label::Gpt, None) => is_guid(&t).then(|| t.to_ascii_uppercase()).ok_or_else(bad),
+    }
+}
+
+/// 8-4-4-4-12 hex digits, and not the all-zero "unused" GUID.
+fn is_guid(text: &str) -> bool {
+    let groups: Vec<&str> = text.split('-').collect();
+    let shape = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]);
+    let hex = groups.iter().all(|g| g.chars().all(|c| c.is_ascii_hexdigit()));
+    shape && hex && text.chars().any(|c| c.is_ascii_hexdigit() && c != '0')
 }
 
 fn planned(number: u32, start: u64, size: u64, role: Role, r: &Request, ebr: Option<u64>) -> Planned {
@@ -332,7 +411,7 @@ mod tests {
         assert_eq!((p.first_usable_lba, p.last_usable_lba), (34, (1 << 21) - 34));
         assert_eq!((p.partitions[0].start, p.partitions[0].size), (2048, 2048));
         assert_eq!(p.partitions[1].start, 4096);
-        assert_eq!(p.partitions[1].start + p.partitions[1].size - 1, p.last_usable_lba);
+        assert_eq!(p.partitions[1].start + p.partitions[1].size, (1 << 21) - 2048, "rest ends on the grain");
     }
 
     #[test]
@@ -399,6 +478,30 @@ mod tests {
         assert_eq!(grain(&d, Align::Optimal), Ok(3 * MIB));
         let p = plan(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Rest)]).unwrap();
         assert_eq!(p.partitions[0].start, 3 * MIB / 512);
+    }
+
+    #[test]
+    fn types_resolve_per_label() {
+        assert_eq!(resolve_type(Label::Mbr, "linux").unwrap(), "0x83");
+        assert_eq!(resolve_type(Label::Mbr, "8E").unwrap(), "0x8e");
+        assert_eq!(resolve_type(Label::Mbr, "0x07").unwrap(), "0x07");
+        assert_eq!(resolve_type(Label::Gpt, "EFI").unwrap(), "C12A7328-F81F-11D2-BA4B-00A0C93EC93B");
+        let guid = "0fc63daf-8483-4772-8e79-3d69d8477de4";
+        assert_eq!(resolve_type(Label::Gpt, guid).unwrap(), guid.to_ascii_uppercase());
+        for (label, bad) in [(Label::Mbr, "bios-boot"), (Label::Mbr, "0"), (Label::Mbr, "183"), (Label::Gpt, "83"), (Label::Gpt, "00000000-0000-0000-0000-000000000000")] {
+            assert!(matches!(resolve_type(label, bad), Err(PlanError::Type(..))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_only_on_gpt_and_short() {
+        let named = |n: &str| Request { name: Some(n.into()), ..req(Size::Rest) };
+        let d = disk(64 * MIB, 512);
+        assert!(matches!(plan(&d, Label::Mbr, Align::Optimal, false, &[named("a")]), Err(PlanError::Name(..))));
+        assert!(matches!(plan(&d, Label::Gpt, Align::Optimal, false, &[named(&"x".repeat(37))]), Err(PlanError::Name(..))));
+        let p = plan(&d, Label::Gpt, Align::Optimal, false, &[named("root")]).unwrap();
+        assert_eq!(p.partitions[0].name.as_deref(), Some("root"));
+        assert_eq!(p.partitions[0].type_id, "0FC63DAF-8483-4772-8E79-3D69D8477DE4");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 pub mod gpt;
 pub mod mbr;
 pub mod types;
+pub mod write;
 
 use serde::Serialize;
 use std::io;
