@@ -20,10 +20,14 @@ pub fn is_root() -> bool {
 /// Where a tool is, looking in sbin too (non-root PATHs often lack it).
 pub fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
+    // Bound before returning: the iterator borrows `path`, and as a tail
+    // expression it would outlive it (E0597 under edition 2021).
+    let found = path
+        .split(':')
         .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"])
         .map(|dir| Path::new(dir).join(tool))
-        .find(|p| p.is_file())
+        .find(|p| p.is_file());
+    found
 }
 
 /// True when the test can run; otherwise says why, and fails under strict.
