@@ -325,6 +325,7 @@ fn invalid_overrides_are_rejected() {
             "physical sector size 131072",
         ),
         (overrides(Some(4096), Some(512), None), "smaller"),
+        (overrides(None, Some(4096), Some(4096)), "alignment offset 4096"),
     ] {
         let err = validate_overrides(&o).expect_err("invalid");
         assert!(matches!(err, DeviceError::InvalidOverride(_)));
@@ -398,4 +399,18 @@ fn disk_without_sysfs_entry_is_described_as_such() {
         "{:?}",
         t.notes
     );
+}
+
+#[test]
+fn open_reads_fixture_nodes_and_reports_missing_ones() {
+    let root = fixture("sata-512e");
+    assert!(blkalign::device::open(&disk(&root, "sda")).is_ok());
+    let gone = Target {
+        path: root.dev.join("sdq"),
+        name: Some("sdq".into()),
+        kind: TargetKind::Disk,
+        selected_partition: None,
+    };
+    let err = blkalign::device::open(&gone).expect_err("missing");
+    assert!(matches!(err, DeviceError::NotFound(_)), "{err}");
 }

@@ -78,3 +78,26 @@ fn appears(node: &Path, tries: u32) -> bool {
         found
     })
 }
+
+/// Whatever disks this machine has: listing and describing them must work,
+/// and sysfs alone must be enough when a device cannot be opened. Loop
+/// devices are skipped: other tests attach and detach them concurrently.
+#[test]
+fn every_disk_on_this_machine_has_a_topology() {
+    let root = SysRoot::real();
+    let disks = blkalign::device::list_disks(&root).expect("list /sys/block");
+    let not_loop =
+        |t: &&blkalign::device::Target| !t.name.as_deref().is_some_and(|n| n.starts_with("loop"));
+    for target in disks.iter().filter(not_loop) {
+        let file = open(target).ok();
+        let t = topology(&root, target, file.as_ref(), &Overrides::default()).expect("topology");
+        eprintln!("{}: {t:?}", target.path.display());
+        assert!(
+            t.logical_sector_size.value >= 512,
+            "{}",
+            target.path.display()
+        );
+        assert!(t.physical_sector_size.value >= t.logical_sector_size.value);
+        assert!(t.size_bytes > 0);
+    }
+}

@@ -277,9 +277,10 @@ fn gpt_sector_size(file: &File) -> Option<u64> {
     })
 }
 
-/// Check overrides on their own: sector sizes are powers of two (logical
-/// 512..=4096, physical 512..=65536), physical >= logical, and the
-/// alignment offset is whole logical sectors below the physical size.
+/// Check overrides on their own, before any device is read: sector sizes
+/// are powers of two (logical 512..=4096, physical 512..=65536), physical
+/// >= logical, alignment offset < physical. `topology` re-checks them
+/// against the device's values (offset in whole logical sectors, ...).
 pub fn validate_overrides(o: &Overrides) -> Result<(), DeviceError> {
     if let Some(l) = o.logical_sector_size.filter(|&l| !is_sector_size(l, 4096)) {
         return Err(invalid(format!(
@@ -298,6 +299,13 @@ pub fn validate_overrides(o: &Overrides) -> Result<(), DeviceError> {
         if p < l {
             return Err(invalid(format!(
                 "physical sector size {p} is smaller than logical {l}"
+            )));
+        }
+    }
+    if let (Some(a), Some(p)) = (o.alignment_offset, o.physical_sector_size) {
+        if a >= p {
+            return Err(invalid(format!(
+                "alignment offset {a} is not below the physical sector size {p}"
             )));
         }
     }
@@ -359,4 +367,83 @@ fn reconcile(topo: &mut Topology) -> Result<(), DeviceError> {
         topo.alignment_offset = Sourced::new(reduced, offset.source);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(value: u64) -> Option<Sourced<u64>> {
+        Some(Sourced::new(value, Source::Kernel))
+    }
+
+    #[test]
+    fn ioctl_wins_a_disagreement_and_says_so() {
+        let mut notes = Vec::new();
+        let got = merge("physical", "BLKPBSZGET", Some(512), Some(4096), &mut notes);
+        assert_eq!(got, Some(Sourced::new(4096, Source::Ioctl)));
+        assert_eq!(
+            notes,
+            ["sysfs says physical 512, BLKPBSZGET says 4096; using the ioctl"]
+        );
+    }
+
+    #[test]
+    fn agreement_keeps_the_kernel_and_gaps_are_filled() {
+        let mut notes = Vec::new();
+        assert_eq!(
+            merge("logical", "BLKSSZGET", Some(512), Some(512), &mut notes),
+            kernel(512)
+        );
+        assert_eq!(
+            merge("logical", "BLKSSZGET", Some(512), None, &mut notes),
+            kernel(512)
+        );
+        let from_ioctl = Some(Sourced::new(4096, Source::Ioctl));
+        assert_eq!(
+            merge("logical", "BLKSSZGET", None, Some(4096), &mut notes),
+            from_ioctl
+        );
+        assert_eq!(merge("logical", "BLKSSZGET", None, None, &mut notes), None);
+        assert!(notes.is_empty());
+    }
+
+    #[test]
+    fn io_hints() {
+        let mut notes = Vec::new();
+        assert_eq!(optimal_io_hint(kernel(0), 4096, &mut notes), None);
+        assert_eq!(minimum_io_hint(kernel(0), 512, &mut notes), None);
+        assert!(notes.is_empty(), "0 is just unreported");
+        assert_eq!(
+            optimal_io_hint(kernel(1_048_576), 4096, &mut notes),
+            kernel(1_048_576)
+        );
+        // Even on a 512/512 device, where it is whole sectors.
+        assert_eq!(
+            optimal_io_hint(kernel(BOGUS_OPTIMAL_IO), 512, &mut notes),
+            None
+        );
+        assert_eq!(optimal_io_hint(kernel(6144), 4096, &mut notes), None);
+        assert_eq!(minimum_io_hint(kernel(1000), 512, &mut notes), None);
+        assert_eq!(notes.len(), 3, "{notes:?}");
+    }
+
+    #[test]
+    fn quirk_only_raises() {
+        let mut notes = Vec::new();
+        let reported = Sourced::new(512, Source::Kernel);
+        let got = apply_quirk(reported, Some("WDC WD20EARS-00M"), &mut notes);
+        assert_eq!(got, Sourced::new(4096, Source::Quirk));
+        let honest = Sourced::new(4096, Source::Ioctl);
+        assert_eq!(
+            apply_quirk(honest, Some("WDC WD20EARS-00M"), &mut notes),
+            honest
+        );
+        assert_eq!(
+            apply_quirk(reported, Some("WDC WD20EADS-00S"), &mut notes),
+            reported
+        );
+        assert_eq!(apply_quirk(reported, None, &mut notes), reported);
+        assert_eq!(notes.len(), 1, "{notes:?}");
+    }
 }
