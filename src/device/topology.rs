@@ -279,8 +279,8 @@ fn gpt_sector_size(file: &File) -> Option<u64> {
 
 /// Check overrides on their own, before any device is read: sector sizes
 /// are powers of two (logical 512..=4096, physical 512..=65536), physical
-/// >= logical, alignment offset < physical. `topology` re-checks them
-/// against the device's values (offset in whole logical sectors, ...).
+/// not below logical, alignment offset below physical. `topology` checks
+/// them again against the device's values (offset in whole logical sectors).
 pub fn validate_overrides(o: &Overrides) -> Result<(), DeviceError> {
     if let Some(l) = o.logical_sector_size.filter(|&l| !is_sector_size(l, 4096)) {
         return Err(invalid(format!(
