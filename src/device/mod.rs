@@ -87,3 +87,15 @@ pub struct Target {
     /// When the user named a partition: its number, to highlight.
     pub selected_partition: Option<u32>,
 }
+
+mod error;
+mod ioctl;
+pub mod quirks;
+mod sysfs;
+mod target;
+mod topology;
+
+pub use error::DeviceError;
+pub use sysfs::{kernel_partitions, KernelPartition, SysRoot};
+pub use target::{list_disks, open, resolve};
+pub use topology::{topology, validate_overrides};
