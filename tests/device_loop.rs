@@ -4,7 +4,6 @@ mod common;
 
 use blkalign::device::{open, resolve, topology, Overrides, Source, Sourced, SysRoot, TargetKind};
 use common::{Image, Loop};
-use std::path::Path;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -38,7 +37,7 @@ fn loop_partition_resolves_to_its_parent() {
     let image = Image::sfdisk(64 * MIB, "label: gpt\nstart=2048, size=4096\n");
     let dev = Loop::attach(&image.path, 512);
     let node = dev.partition(1);
-    add_partitions(&dev, &node);
+    dev.add_partitions(1);
     let target = resolve(&SysRoot::real(), &node).expect("resolve partition");
     assert_eq!(target.path, dev.dev);
     assert_eq!(target.kind, TargetKind::Disk);
@@ -56,27 +55,6 @@ fn loop_partition_resolves_to_its_parent() {
         (parts[0].start_bytes, parts[0].size_bytes),
         (2048 * 512, 4096 * 512)
     );
-}
-
-/// Wait for the kernel's partition scan; a kernel built without partition
-/// parsers finds nothing, so then let partx read the table and add the
-/// partitions itself (BLKPG).
-fn add_partitions(dev: &Loop, node: &Path) {
-    if !appears(node, 20) {
-        common::run("partx", &["-a", dev.str()]);
-    }
-    assert!(appears(node, 100), "{} never appeared", node.display());
-}
-
-/// devtmpfs creates nodes asynchronously; poll every 50 ms.
-fn appears(node: &Path, tries: u32) -> bool {
-    (0..tries).any(|_| {
-        let found = node.exists();
-        if !found {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        found
-    })
 }
 
 /// Whatever disks this machine has: listing and describing them must work,

@@ -60,6 +60,9 @@ fn heading(a: &DiskAudit) -> String {
 
 fn geometry_line(a: &DiskAudit, t: &Topology) -> String {
     let physical = match &a.geometry {
+        Some(g) if g.physical_assumed && t.physical_sector_size.source == Source::Assumed => {
+            format!("physical {} (assumed)", g.physical)
+        }
         Some(g) if g.physical_assumed => format!(
             "physical {} (assumed; {} says {})",
             g.physical,
@@ -175,8 +178,9 @@ fn summary(a: &DiskAudit) -> String {
         _ => "",
     };
     format!(
-        "summary: {verdict}: {} partitions, {} aligned, {} suboptimal, {} misaligned{assumed}",
+        "summary: {verdict}: {} partition{}, {} aligned, {} suboptimal, {} misaligned{assumed}",
         data.len(),
+        if data.len() == 1 { "" } else { "s" },
         count(Class::Aligned),
         count(Class::Suboptimal),
         count(Class::Misaligned)
