@@ -12,6 +12,7 @@ pub enum Command {
     Start(StartArgs),
     /// List emulated drives.
     List {
+        /// Print a JSON array.
         #[arg(long)]
         json: bool,
     },
@@ -37,10 +38,10 @@ pub struct StartArgs {
     /// file's size, else 1GiB].
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
-    /// Physical sector size in bytes (a custom geometry).
+    /// Physical sector size in bytes [default: the preset's, else 512].
     #[arg(long)]
     physical: Option<u32>,
-    /// Logical sector size in bytes [default: 512].
+    /// Logical sector size in bytes [default: the preset's, else 512].
     #[arg(long)]
     logical: Option<u32>,
     /// The lowest LBA that starts a physical sector (7 for the XP jumper).
@@ -58,6 +59,7 @@ pub struct StartArgs {
     /// Logical sectors that fail with EIO, e.g. 1000-1999.
     #[arg(long)]
     fail_lba: Option<LbaRange>,
+    /// Print the drive as JSON: true geometry and what the kernel reports.
     #[arg(long)]
     json: bool,
 }

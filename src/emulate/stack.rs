@@ -528,18 +528,10 @@ mod tests {
     use crate::emulate::preset;
 
     fn drive(preset_name: &str, volatile_cache: bool) -> Drive {
-        let spec = Spec {
-            preset: preset_name.into(),
-            geometry: preset(preset_name).unwrap(),
-            size: None,
-            file: None,
-            volatile_cache,
-            fail_lba: None,
-        };
         Drive {
             id: "t".into(),
-            preset: spec.preset,
-            geometry: spec.geometry,
+            preset: preset_name.into(),
+            geometry: preset(preset_name).unwrap(),
             size: 64 << 20,
             file: None,
             volatile_cache,
