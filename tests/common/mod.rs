@@ -166,3 +166,4 @@ impl Drop for Loop {
 pub fn blkalign() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("blkalign").expect("binary built")
 }
+pub mod emulate;
