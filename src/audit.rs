@@ -26,6 +26,17 @@ pub enum TableState {
     Unknown,
 }
 
+impl TableState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableState::Mbr => "mbr",
+            TableState::Gpt => "gpt",
+            TableState::None => "none",
+            TableState::Unknown => "unknown",
+        }
+    }
+}
+
 impl From<Label> for TableState {
     fn from(label: Label) -> Self {
         match label {
