@@ -26,6 +26,17 @@ pub enum TableState {
     Unknown,
 }
 
+impl TableState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableState::Mbr => "mbr",
+            TableState::Gpt => "gpt",
+            TableState::None => "none",
+            TableState::Unknown => "unknown",
+        }
+    }
+}
+
 impl From<Label> for TableState {
     fn from(label: Label) -> Self {
         match label {
@@ -165,6 +176,14 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
 /// Read the table into `audit`, returning its partitions.
 fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Vec<Partition> {
     let sector = topology.logical_sector_size.value;
+    if topology.size_bytes < sector.saturating_mul(2) {
+        audit.table = TableState::None;
+        audit.problems.push(Problem::new(
+            "too_small",
+            format!("{} bytes: too small to hold a partition table", topology.size_bytes),
+        ));
+        return Vec::new();
+    }
     match table::read(file, sector, topology.size_bytes) {
         Ok(layout) => {
             audit.table = layout.label.into();
@@ -224,13 +243,17 @@ fn check_kernel_view(
         .collect();
     ours.sort_unstable();
     kernel.sort_unstable();
-    if ours != kernel {
-        audit.problems.push(Problem::new(
-            "kernel_differs",
-            "the kernel's partitions differ from the table on the disk: \
-             the table changed and was not re-read (partprobe or reboot)",
-        ));
+    if ours == kernel {
+        return;
     }
+    let message = if kernel.is_empty() {
+        format!("the kernel knows none of these partitions: it has not read this table (partx -a {})", target.path.display())
+    } else {
+        "the kernel's partitions differ from the table on the disk: the table changed and was \
+         not re-read (partprobe, or reboot if the disk is in use)"
+            .to_string()
+    };
+    audit.problems.push(Problem::new("kernel_differs", message));
 }
 
 fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, selected: Option<u32>) {

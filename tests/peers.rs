@@ -128,13 +128,13 @@ fn gpt_with_broken_primary_is_read_from_the_backup() {
 
 #[test]
 fn gpt_on_a_4096_byte_loop_device() {
-    if !needs(true, &["losetup", "sgdisk", "sfdisk", "parted"]) {
+    if !needs(true, &["losetup", "partx", "sgdisk", "sfdisk", "parted"]) {
         return;
     }
     let image = Image::new(64 << 20);
     let dev = Loop::attach(&image.path, 4096);
     run("sgdisk", &["-a", "1", "-n", "1:6:255", "-n", "2:256:+4M", "-n", "3:4099:+1M", dev.str()]);
-    run("blockdev", &["--rereadpt", dev.str()]);
+    dev.add_partitions(3);
     let target = check_against_peers(dev.str(), 4096);
     assert_eq!(target["logical_sector_size"], 4096);
     assert!(matches!(target["logical_sector_source"].as_str(), Some("kernel" | "ioctl")), "{target}");
@@ -150,12 +150,13 @@ fn gpt_on_a_4096_byte_loop_device() {
 
 #[test]
 fn mbr_image_audited_via_loop_device_matches_image() {
-    if !needs(true, &["losetup", "sfdisk"]) {
+    if !needs(true, &["losetup", "partx", "sfdisk"]) {
         return;
     }
-    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=2000\nstart=2048, size=4096\n");
+    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=1900\nstart=2048, size=4096\n");
     let (_, from_file) = audit(image.str());
     let dev = Loop::attach(&image.path, 512);
+    dev.add_partitions(2);
     let (code, from_dev) = audit(dev.str());
     assert_eq!(code, 1);
     assert_eq!(from_dev["partitions"], from_file["partitions"]);
@@ -190,7 +191,7 @@ proptest! {
         if !needs(false, &["sfdisk", "parted"]) {
             return Ok(());
         }
-        let mut script = format!("label: {}\n", if gpt { "gpt" } else { "dos" });
+        let mut script = if gpt { "label: gpt\nfirst-lba: 34\n" } else { "label: dos\n" }.to_string();
         for (start, size) in &parts {
             script.push_str(&format!("start={start}, size={size}\n"));
         }

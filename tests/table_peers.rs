@@ -2,6 +2,7 @@
 
 mod common;
 
+use blkalign::table::{self, Label, Layout, PartKind};
 use common::{run, Image};
 use std::fs::File;
 use std::os::unix::fs::FileExt;

@@ -1,11 +1,213 @@
-//! `blkalign emulate` (being written).
+//! `blkalign emulate`: start, list, stop and power-cut emulated drives.
+
+use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
+use anyhow::Context;
+use blkalign::emulate::{self, Drive, EmulateError, Geometry, LbaRange, Spec};
+use serde::Serialize;
+use std::path::PathBuf;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
+    /// Start an emulated drive and print its device and id.
+    Start(StartArgs),
     /// List emulated drives.
-    List,
+    List {
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Flush and stop a drive (its --file keeps the data).
+    Stop {
+        /// The drive's id, as `start` or `list` printed it.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        id: Option<String>,
+        /// Stop every drive, including half-started ones.
+        #[arg(long)]
+        all: bool,
+    },
+    /// End a drive without flushing: writes in its volatile cache are lost.
+    PowerCut { id: String },
 }
 
-pub fn run(_cmd: Command) -> anyhow::Result<u8> {
-    anyhow::bail!("emulate is not built yet")
+#[derive(clap::Args)]
+pub struct StartArgs {
+    /// wd-ears, wd-ears-jumper, 4kn or native-512 (see docs/emulate.md).
+    #[arg(long, required_unless_present = "physical")]
+    preset: Option<String>,
+    /// Size seen by the host: bytes, or with K/M/G/T (binary) [default: the
+    /// file's size, else 1GiB].
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Physical sector size in bytes [default: the preset's, else 512].
+    #[arg(long)]
+    physical: Option<u32>,
+    /// Logical sector size in bytes [default: the preset's, else 512].
+    #[arg(long)]
+    logical: Option<u32>,
+    /// The lowest LBA that starts a physical sector (7 for the XP jumper).
+    #[arg(long)]
+    lowest_aligned: Option<u32>,
+    /// Delay of each request reaching the emulated platter.
+    #[arg(long, default_value_t = emulate::DEFAULT_LATENCY_MS)]
+    latency_ms: u32,
+    /// Keep the drive's data in this file; it survives stop and power-cut.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Hold writes in a cache that only a flush writes to the platter.
+    #[arg(long)]
+    volatile_cache: bool,
+    /// Logical sectors that fail with EIO, e.g. 1000-1999.
+    #[arg(long)]
+    fail_lba: Option<LbaRange>,
+    /// Print the drive as JSON: true geometry and what the kernel reports.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_size(text: &str) -> Result<u64, EmulateError> {
+    emulate::parse_size(text)
+}
+
+pub fn run(cmd: Command) -> anyhow::Result<u8> {
+    match cmd {
+        Command::Start(args) => start(args),
+        Command::List { json } => list(json),
+        Command::Stop { id: Some(id), .. } => {
+            emulate::stop(&id).with_context(|| format!("stopping {id}"))?;
+            Ok(EXIT_OK)
+        }
+        Command::Stop { id: None, .. } => stop_all(),
+        Command::PowerCut { id } => {
+            emulate::power_cut(&id).with_context(|| format!("cutting power to {id}"))?;
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+fn start(args: StartArgs) -> anyhow::Result<u8> {
+    let json = args.json;
+    let spec = spec(args)?;
+    let drive = emulate::start(&spec).context("starting an emulated drive")?;
+    let summary = Summary::of(&drive);
+    if json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        println!("{}", summary.line());
+    }
+    Ok(EXIT_OK)
+}
+
+/// A preset, changed by any custom option given; "custom" once the
+/// geometry differs from the preset's.
+fn spec(args: StartArgs) -> anyhow::Result<Spec> {
+    let base = match &args.preset {
+        Some(name) => emulate::preset(name)?,
+        None => Geometry { logical: 512, physical: 512, alignment_offset: 0, latency_ms: 0 },
+    };
+    let mut geometry = Geometry {
+        logical: args.logical.unwrap_or(base.logical),
+        physical: args.physical.unwrap_or(base.physical),
+        latency_ms: args.latency_ms,
+        ..base
+    };
+    if let Some(lba) = args.lowest_aligned {
+        geometry = geometry.with_lowest_aligned(lba);
+    }
+    let same_shape = Geometry { latency_ms: base.latency_ms, ..geometry } == base;
+    let preset = match args.preset {
+        Some(name) if same_shape => name,
+        _ => "custom".to_string(),
+    };
+    Ok(Spec {
+        preset,
+        geometry,
+        size: args.size,
+        file: args.file,
+        volatile_cache: args.volatile_cache,
+        fail_lba: args.fail_lba,
+    })
+}
+
+fn list(json: bool) -> anyhow::Result<u8> {
+    let drives = emulate::list().context("listing emulated drives")?;
+    let summaries: Vec<Summary> = drives.iter().map(Summary::of).collect();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summaries)?);
+    } else {
+        for summary in &summaries {
+            println!("{}", summary.line());
+        }
+    }
+    let broken = summaries.iter().any(|s| !s.running);
+    Ok(if broken { EXIT_PROBLEM } else { EXIT_OK })
+}
+
+fn stop_all() -> anyhow::Result<u8> {
+    match emulate::stop_all() {
+        Ok(ids) => {
+            for id in ids {
+                println!("stopped {id}");
+            }
+            Ok(EXIT_OK)
+        }
+        Err(err) => {
+            eprintln!("blkalign: stopping all emulated drives: {err}");
+            Ok(EXIT_ERROR)
+        }
+    }
+}
+
+/// What `start --json` and `list --json` print: the true geometry, and
+/// the physical sector size the kernel reports (a loop device reports its
+/// logical size, which is how wd-ears lies).
+#[derive(Serialize)]
+struct Summary {
+    id: String,
+    device: Option<PathBuf>,
+    preset: String,
+    logical_sector_size: u32,
+    physical_sector_size: u32,
+    alignment_offset: u32,
+    reported_physical_sector_size: u32,
+    latency_ms: u32,
+    size: u64,
+    file: Option<PathBuf>,
+    volatile_cache: bool,
+    fail_lba: Option<LbaRange>,
+    running: bool,
+}
+
+impl Summary {
+    fn of(drive: &Drive) -> Summary {
+        let g = drive.geometry;
+        Summary {
+            id: drive.id.clone(),
+            device: drive.device.clone(),
+            preset: drive.preset.clone(),
+            logical_sector_size: g.logical,
+            physical_sector_size: g.physical,
+            alignment_offset: g.alignment_offset,
+            reported_physical_sector_size: drive.reported_physical_sector_size.unwrap_or(g.logical),
+            latency_ms: g.latency_ms,
+            size: drive.size,
+            file: drive.file.clone(),
+            volatile_cache: drive.volatile_cache,
+            fail_lba: drive.fail_lba,
+            running: emulate::healthy(drive),
+        }
+    }
+
+    fn line(&self) -> String {
+        let device = self.device.as_ref().map_or("-".into(), |d| d.display().to_string());
+        let state = if self.running { "" } else { " [not running: stop it]" };
+        format!(
+            "{device}\t{}\t{}: {}/{} bytes, alignment offset {}, kernel reports {}{state}",
+            self.id,
+            self.preset,
+            self.logical_sector_size,
+            self.physical_sector_size,
+            self.alignment_offset,
+            self.reported_physical_sector_size,
+        )
+    }
 }

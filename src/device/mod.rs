@@ -25,6 +25,21 @@ pub enum Source {
     Probe,
 }
 
+impl Source {
+    /// The name used in JSON and human output.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Kernel => "kernel",
+            Source::Ioctl => "ioctl",
+            Source::Quirk => "quirk",
+            Source::Override => "override",
+            Source::Table => "table",
+            Source::Assumed => "assumed",
+            Source::Probe => "probe",
+        }
+    }
+}
+
 /// A value and the source that vouched for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Sourced<T> {
@@ -86,4 +101,28 @@ pub struct Target {
     pub kind: TargetKind,
     /// When the user named a partition: its number, to highlight.
     pub selected_partition: Option<u32>,
+}
+
+mod error;
+mod ioctl;
+pub mod quirks;
+mod sysfs;
+mod target;
+mod topology;
+
+pub use error::DeviceError;
+pub use sysfs::{kernel_partitions, KernelPartition, SysRoot};
+pub use target::{list_disks, open, resolve};
+pub use topology::{topology, validate_overrides};
+
+#[cfg(test)]
+mod tests {
+    use super::Source;
+
+    #[test]
+    fn source_names_match_json() {
+        for s in [Source::Kernel, Source::Ioctl, Source::Quirk, Source::Override, Source::Table, Source::Assumed, Source::Probe] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+    }
 }

@@ -54,16 +54,19 @@ fn heading(a: &DiskAudit) -> String {
         }
         parts.push(human_size(t.size_bytes));
     }
-    parts.push(format!("table: {}", serde_plain(&a.table)));
+    parts.push(format!("table: {}", a.table.as_str()));
     parts.join("  ")
 }
 
 fn geometry_line(a: &DiskAudit, t: &Topology) -> String {
     let physical = match &a.geometry {
+        Some(g) if g.physical_assumed && t.physical_sector_size.source == Source::Assumed => {
+            format!("physical {} (assumed)", g.physical)
+        }
         Some(g) if g.physical_assumed => format!(
             "physical {} (assumed; {} says {})",
             g.physical,
-            source_name(t.physical_sector_size.source),
+            t.physical_sector_size.source.as_str(),
             t.physical_sector_size.value
         ),
         _ => format!("physical {}", sourced(&t.physical_sector_size)),
@@ -77,19 +80,7 @@ fn geometry_line(a: &DiskAudit, t: &Topology) -> String {
 }
 
 fn sourced(v: &Sourced<u64>) -> String {
-    format!("{} ({})", v.value, source_name(v.source))
-}
-
-fn source_name(s: Source) -> String {
-    serde_plain(&s)
-}
-
-/// The plain string a unit enum serialises to.
-fn serde_plain<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_value(value)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
+    format!("{} ({})", v.value, v.source.as_str())
 }
 
 fn partition_table(a: &DiskAudit, color: bool) -> String {
@@ -175,8 +166,9 @@ fn summary(a: &DiskAudit) -> String {
         _ => "",
     };
     format!(
-        "summary: {verdict}: {} partitions, {} aligned, {} suboptimal, {} misaligned{assumed}",
+        "summary: {verdict}: {} partition{}, {} aligned, {} suboptimal, {} misaligned{assumed}",
         data.len(),
+        if data.len() == 1 { "" } else { "s" },
         count(Class::Aligned),
         count(Class::Suboptimal),
         count(Class::Misaligned)

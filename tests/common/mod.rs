@@ -132,6 +132,28 @@ impl Loop {
     pub fn partition(&self, n: u32) -> PathBuf {
         PathBuf::from(format!("{}p{n}", self.str()))
     }
+
+    /// Make the kernel know the partitions up to `last`: wait for its own
+    /// scan, and where the kernel has no partition parsers (as on some CI
+    /// kernels) let partx read the table and add them (BLKPG).
+    pub fn add_partitions(&self, last: u32) {
+        let node = self.partition(last);
+        if !appears(&node, 20) {
+            run("partx", &["-a", self.str()]);
+        }
+        assert!(appears(&node, 100), "{} never appeared", node.display());
+    }
+}
+
+/// devtmpfs creates nodes asynchronously: poll every 50 ms.
+fn appears(node: &Path, tries: u32) -> bool {
+    (0..tries).any(|_| {
+        let found = node.exists();
+        if !found {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        found
+    })
 }
 
 impl Drop for Loop {
@@ -144,3 +166,4 @@ impl Drop for Loop {
 pub fn blkalign() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("blkalign").expect("binary built")
 }
+pub mod emulate;

@@ -1,0 +1,34 @@
+//! What can go wrong finding, opening or describing a target.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    #[error("{}: no such file or device", .0.display())]
+    NotFound(PathBuf),
+    /// Kept apart from other I/O errors so the caller can still show the
+    /// sysfs topology and say "unreadable (need root)".
+    #[error("{}: permission denied (reading a disk usually needs root)", path.display())]
+    Permission { path: PathBuf },
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{}: not a block device or a regular file", .0.display())]
+    NotBlockOrFile(PathBuf),
+    #[error("{}: block device {number} has no entry under sys/dev/block", path.display())]
+    NoSysfs { path: PathBuf, number: String },
+    #[error("invalid override: {0}")]
+    InvalidOverride(String),
+}
+
+impl DeviceError {
+    /// Sort an I/O error on `path` into the variants callers act on.
+    pub(crate) fn from_io(path: &Path, source: io::Error) -> DeviceError {
+        let path = path.to_path_buf();
+        match source.kind() {
+            io::ErrorKind::NotFound => DeviceError::NotFound(path),
+            io::ErrorKind::PermissionDenied => DeviceError::Permission { path },
+            _ => DeviceError::Io { path, source },
+        }
+    }
+}

@@ -1,0 +1,94 @@
+//! Reading sysfs attributes, from the real /sys or a fixture tree.
+
+use serde::Serialize;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// Where to find sysfs and device nodes: real ("/sys", "/dev") or a fixture
+/// tree laid out as ROOT/sys/block/... and ROOT/dev/NAME.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SysRoot {
+    pub sys: PathBuf,
+    pub dev: PathBuf,
+}
+
+impl SysRoot {
+    pub fn real() -> SysRoot {
+        SysRoot {
+            sys: PathBuf::from("/sys"),
+            dev: PathBuf::from("/dev"),
+        }
+    }
+
+    /// A fixture: `sys` is ROOT/sys, device nodes are in ROOT/dev.
+    pub fn fixture(sys: PathBuf) -> SysRoot {
+        let dev = sys.parent().unwrap_or(Path::new("")).join("dev");
+        SysRoot { sys, dev }
+    }
+
+    /// SYS/block/NAME.
+    pub(crate) fn block(&self, name: &str) -> PathBuf {
+        self.sys.join("block").join(name)
+    }
+}
+
+/// A partition as the kernel sees it, in bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct KernelPartition {
+    pub number: u32,
+    pub start_bytes: u64,
+    pub size_bytes: u64,
+}
+
+/// Partitions of disk `name` from SYS/block/NAME/*/partition, by number.
+/// Used when the device itself is unreadable; empty when there are none.
+pub fn kernel_partitions(root: &SysRoot, name: &str) -> Vec<KernelPartition> {
+    let Ok(entries) = fs::read_dir(root.block(name)) else {
+        return Vec::new();
+    };
+    let mut parts: Vec<KernelPartition> = entries
+        .flatten()
+        .filter_map(|entry| partition_at(&entry.path()))
+        .collect();
+    parts.sort_by_key(|p| p.number);
+    parts
+}
+
+/// sysfs `start` and `size` are in 512-byte units whatever the sector size.
+fn partition_at(dir: &Path) -> Option<KernelPartition> {
+    Some(KernelPartition {
+        number: partition_number(dir)?,
+        start_bytes: read_number(&dir.join("start"))?.checked_mul(512)?,
+        size_bytes: read_number(&dir.join("size"))?.checked_mul(512)?,
+    })
+}
+
+/// The number in DIR/partition, present only in partition directories.
+pub(crate) fn partition_number(dir: &Path) -> Option<u32> {
+    u32::try_from(read_number(&dir.join("partition"))?).ok()
+}
+
+/// Trimmed contents of an attribute; None when missing, unreadable or blank.
+pub(crate) fn read_text(path: &Path) -> Option<String> {
+    let bytes = fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&bytes).trim().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
+/// A numeric attribute, None when missing or malformed.
+pub(crate) fn read_number(path: &Path) -> Option<u64> {
+    read_text(path)?.parse().ok()
+}
+
+/// A numeric attribute; a malformed one is noted and treated as missing.
+pub(crate) fn read_u64(path: &Path, notes: &mut Vec<String>) -> Option<u64> {
+    let text = read_text(path)?;
+    let value = text.parse().ok();
+    if value.is_none() {
+        notes.push(format!(
+            "ignored {}: {text:?} is not a byte count",
+            path.display()
+        ));
+    }
+    value
+}

@@ -1,0 +1,579 @@
+//! Bringing the nbdkit → nbdfuse → loop stack up and tearing it down.
+//!
+//! nbdkit daemonises and nbdfuse runs in its own process group, so both
+//! outlive the `blkalign emulate start` that made them; their pids and the
+//! loop device go into the drive's record as soon as they are known.
+
+use super::state::{self, Drive};
+use super::{EmulateError, Spec, DEFAULT_SIZE};
+use rustix::process::{kill_process, Pid, Signal};
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Long enough for a loaded CI machine; nothing here takes a second when
+/// healthy.
+const TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Tools the stack runs, with the Debian package that ships each.
+const TOOLS: &[(&str, &str)] = &[
+    ("nbdkit", "nbdkit"),
+    ("nbdfuse", "libnbd-bin"),
+    ("fusermount3", "fuse3"),
+    ("losetup", "mount"),
+];
+
+/// Starts a drive; on failure nothing of it is left behind.
+pub fn start(spec: &Spec) -> Result<Drive, EmulateError> {
+    spec.geometry.validate()?;
+    preflight()?;
+    // nbdkit runs from / once daemonised, and the record must work anywhere.
+    let file = spec.file.as_deref().map(std::path::absolute).transpose();
+    let file = file.map_err(EmulateError::io("resolving --file"))?;
+    let spec = &Spec { file, ..spec.clone() };
+    let size = drive_size(spec)?;
+    let mut drive = state::create(spec, size)?;
+    match bring_up(&mut drive) {
+        Ok(()) => Ok(drive),
+        Err(err) => {
+            let _ = teardown(&drive, Cut::Orderly);
+            Err(err)
+        }
+    }
+}
+
+/// Flushes and stops a drive, keeping its file (if any).
+pub fn stop(id: &str) -> Result<(), EmulateError> {
+    teardown(&state::load(id)?, Cut::Orderly)
+}
+
+/// Ends a drive as a power failure would: nbdkit dies first, so writes
+/// still in its volatile cache are lost.
+pub fn power_cut(id: &str) -> Result<(), EmulateError> {
+    teardown(&state::load(id)?, Cut::Power)
+}
+
+/// Stops every recorded drive, including half-started and unreadable
+/// records; returns the ids stopped, or the first error after trying all.
+pub fn stop_all() -> Result<Vec<String>, EmulateError> {
+    let mut stopped = Vec::new();
+    let mut first_error = None;
+    for id in state::ids()? {
+        let result = match state::load(&id) {
+            Ok(drive) => teardown(&drive, Cut::Orderly),
+            Err(EmulateError::Record { .. }) => {
+                clean_dir(&state::state_dir().join(&id)).and_then(|()| clean_record(&id))
+            }
+            Err(err) => Err(err),
+        };
+        match result {
+            Ok(()) => stopped.push(id),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    for dir in state::orphan_dirs() {
+        if let Err(err) = clean_dir(&dir) {
+            first_error.get_or_insert(err);
+        }
+    }
+    first_error.map_or(Ok(stopped), Err)
+}
+
+fn preflight() -> Result<(), EmulateError> {
+    let mut missing: Vec<_> =
+        TOOLS.iter().copied().filter(|(tool, _)| which(tool).is_none()).collect();
+    if !Path::new("/dev/fuse").exists() {
+        missing.push(("/dev/fuse", "fuse3, and the fuse kernel module"));
+    }
+    if !missing.is_empty() {
+        return Err(EmulateError::MissingTools(missing));
+    }
+    if !rustix::process::geteuid().is_root() {
+        return Err(EmulateError::NotRoot);
+    }
+    Ok(())
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    let found = path
+        .split(':')
+        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"])
+        .map(|dir| Path::new(dir).join(tool))
+        .find(|p| p.is_file());
+    found
+}
+
+/// The host-visible size: given, else the existing file's, else 1 GiB;
+/// a whole number of physical sectors either way.
+fn drive_size(spec: &Spec) -> Result<u64, EmulateError> {
+    let g = &spec.geometry;
+    let physical = u64::from(g.physical);
+    let existing = spec.file.as_deref().and_then(|f| fs::metadata(f).ok()).map(|m| m.len());
+    let size = match (spec.size, existing) {
+        (Some(size), Some(len)) if platter_size(size, g.shift(), physical) < len => {
+            return Err(EmulateError::Spec(format!(
+                "the file holds {len} bytes, more than --size {size}; omit --size to use it all"
+            )))
+        }
+        (Some(size), _) => size,
+        (None, Some(len)) => len.saturating_sub(g.shift()) / physical * physical,
+        (None, None) => DEFAULT_SIZE,
+    };
+    if size == 0 || size % physical != 0 {
+        return Err(EmulateError::Spec(format!(
+            "size {size} is not a positive multiple of the physical sector size {physical}"
+        )));
+    }
+    Ok(size)
+}
+
+/// The emulated platter holds the shifted host data, in whole sectors.
+fn platter_size(size: u64, shift: u64, physical: u64) -> u64 {
+    (size + shift).div_ceil(physical) * physical
+}
+
+fn bring_up(drive: &mut Drive) -> Result<(), EmulateError> {
+    let mount = drive.mount_dir();
+    fs::create_dir_all(&mount)
+        .map_err(EmulateError::io(format!("creating {}", mount.display())))?;
+    prepare_platter(drive)?;
+    drive.nbdkit_command = nbdkit_command(drive);
+    drive.save()?;
+    drive.nbdkit_pid = Some(run_nbdkit(drive)?);
+    drive.save()?;
+    drive.nbdfuse_pid = Some(run_nbdfuse(drive)?);
+    drive.save()?;
+    let device = attach_loop(drive)?;
+    drive.reported_physical_sector_size = read_sysfs(&device, "queue/physical_block_size");
+    drive.device = Some(device);
+    drive.save()
+}
+
+/// Creates or grows a file-backed platter to its full size (sparse).
+fn prepare_platter(drive: &Drive) -> Result<(), EmulateError> {
+    let Some(path) = platter_file(drive) else {
+        return Ok(());
+    };
+    let g = &drive.geometry;
+    let want = platter_size(drive.size, g.shift(), u64::from(g.physical));
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(EmulateError::io(format!("opening {}", path.display())))?;
+    let len =
+        file.metadata().map_err(EmulateError::io(format!("reading {}", path.display())))?.len();
+    if len < want {
+        file.set_len(want).map_err(EmulateError::io(format!("sizing {}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// The file holding the platter, or None when it lives in nbdkit's memory.
+fn platter_file(drive: &Drive) -> Option<PathBuf> {
+    match (&drive.file, drive.fail_lba) {
+        (Some(file), _) => Some(file.clone()),
+        (None, Some(_)) => Some(drive.scratch_file()),
+        (None, None) => None,
+    }
+}
+
+/// nbdkit's arguments after the socket and pidfile. Filters listed first
+/// are nearest the host: LBA shift, then the volatile cache, then
+/// read-modify-write of partial physical sectors, then the latency of
+/// each platter access.
+fn nbdkit_command(drive: &Drive) -> Vec<String> {
+    let g = &drive.geometry;
+    let (mut filters, mut params) = (Vec::new(), Vec::new());
+    let shift = g.shift();
+    if shift > 0 {
+        filters.push("offset");
+        params.extend([format!("offset={shift}"), format!("range={}", drive.size)]);
+    }
+    if drive.volatile_cache {
+        filters.push("cache");
+        let block = g.physical.max(4096);
+        params.extend(["cache=writeback".into(), format!("cache-min-block-size={block}")]);
+    }
+    if g.physical > g.logical {
+        filters.push("blocksize");
+        params.push(format!("minblock={}", g.physical));
+    }
+    if g.latency_ms > 0 {
+        filters.push("delay");
+        params.extend([format!("rdelay={}ms", g.latency_ms), format!("wdelay={}ms", g.latency_ms)]);
+    }
+    let mut args: Vec<String> = filters.iter().map(|f| format!("--filter={f}")).collect();
+    args.extend(plugin(drive));
+    args.extend(params);
+    args
+}
+
+/// The plugin and its arguments. A failing LBA range needs the eval
+/// plugin: nbdkit's error filter can only fail requests at random, and
+/// its ddrescue filter makes the whole drive read-only.
+fn plugin(drive: &Drive) -> Vec<String> {
+    let g = &drive.geometry;
+    match (platter_file(drive), drive.fail_lba) {
+        (Some(file), Some(range)) => {
+            let logical = u64::from(g.logical);
+            let start = range.first * logical + g.shift();
+            let end = (range.last + 1) * logical + g.shift();
+            eval_plugin(&file, start, end)
+        }
+        (Some(file), None) => vec!["file".into(), format!("file={}", file.display())],
+        (None, _) => {
+            let size = platter_size(drive.size, g.shift(), u64::from(g.physical));
+            vec!["memory".into(), format!("size={size}")]
+        }
+    }
+}
+
+/// A file plugin in shell that fails reads and writes touching platter
+/// bytes `start..end` with EIO.
+fn eval_plugin(file: &Path, start: u64, end: u64) -> Vec<String> {
+    let file = shell_quote(&file.display().to_string());
+    let bad = format!(
+        "if [ $4 -lt {end} ] && [ $(($4 + $3)) -gt {start} ]; then echo 'EIO bad sector' >&2; exit 1; fi; "
+    );
+    vec![
+        "eval".into(),
+        format!("get_size=stat -Lc %s {file}"),
+        format!("pread={bad}dd if={file} skip=$4 count=$3 iflag=skip_bytes,count_bytes bs=64K status=none"),
+        format!(
+            "pwrite={bad}dd of={file} seek=$4 count=$3 oflag=seek_bytes iflag=count_bytes,fullblock \
+             conv=notrunc bs=64K status=none"
+        ),
+        format!("flush=sync {file}"),
+    ]
+}
+
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+fn log_file(drive: &Drive, name: &str) -> Result<fs::File, EmulateError> {
+    let path = drive.dir.join(name);
+    fs::File::create(&path).map_err(EmulateError::io(format!("creating {}", path.display())))
+}
+
+fn log_text(drive: &Drive, name: &str) -> String {
+    fs::read_to_string(drive.dir.join(name)).unwrap_or_default().trim().to_string()
+}
+
+/// Runs nbdkit, which forks into the background once its socket is bound
+/// and writes its pidfile; returns the daemon's pid.
+fn run_nbdkit(drive: &Drive) -> Result<i32, EmulateError> {
+    let pidfile = drive.dir.join("nbdkit.pid");
+    let status = Command::new("nbdkit")
+        .arg("-U")
+        .arg(drive.socket())
+        .arg("-P")
+        .arg(&pidfile)
+        .args(&drive.nbdkit_command)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file(drive, "nbdkit.log")?)
+        .status()
+        .map_err(EmulateError::io("running nbdkit"))?;
+    if !status.success() {
+        let detail = log_text(drive, "nbdkit.log");
+        return Err(EmulateError::Command { command: "nbdkit".into(), detail });
+    }
+    wait_for("nbdkit's pidfile", || Ok(read_pid(&pidfile)))
+}
+
+/// Runs nbdfuse in its own process group (so a Ctrl-C aimed at our caller
+/// spares it) and waits until its file has the drive's size.
+fn run_nbdfuse(drive: &Drive) -> Result<i32, EmulateError> {
+    let pidfile = drive.dir.join("nbdfuse.pid");
+    let mut child = Command::new("nbdfuse")
+        .arg("-P")
+        .arg(&pidfile)
+        .arg(drive.fuse_file())
+        .arg("--unix")
+        .arg(drive.socket())
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file(drive, "nbdfuse.log")?)
+        .spawn()
+        .map_err(EmulateError::io("running nbdfuse"))?;
+    let file = drive.fuse_file();
+    wait_for("nbdfuse's file", || {
+        if let Ok(Some(status)) = child.try_wait() {
+            let detail = format!("{status}: {}", log_text(drive, "nbdfuse.log"));
+            return Err(EmulateError::Command { command: "nbdfuse".into(), detail });
+        }
+        let ready = fs::metadata(&file).is_ok_and(|m| m.len() == drive.size);
+        Ok(read_pid(&pidfile).filter(|_| ready))
+    })
+}
+
+/// `losetup -f` can lose a race for the free device to a concurrent
+/// caller; it then fails and we try again.
+fn attach_loop(drive: &Drive) -> Result<PathBuf, EmulateError> {
+    let block = drive.geometry.logical.to_string();
+    let file = drive.fuse_file();
+    let mut tries = 0;
+    loop {
+        let out = Command::new("losetup")
+            .args(["-f", "--show", "-P", "--direct-io=on", "-b", &block])
+            .arg(&file)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(EmulateError::io("running losetup"))?;
+        let device = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && device.starts_with("/dev/loop") {
+            return Ok(PathBuf::from(device));
+        }
+        tries += 1;
+        if tries == 10 {
+            let detail = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(EmulateError::Command { command: "losetup".into(), detail });
+        }
+        std::thread::sleep(Duration::from_millis(50 * tries));
+    }
+}
+
+/// A value from /sys/block/loopN/.
+fn read_sysfs(device: &Path, name: &str) -> Option<u32> {
+    let dev = device.file_name()?.to_str()?;
+    fs::read_to_string(format!("/sys/block/{dev}/{name}")).ok()?.trim().parse().ok()
+}
+
+fn read_pid(pidfile: &Path) -> Option<i32> {
+    fs::read_to_string(pidfile).ok()?.trim().parse().ok()
+}
+
+/// Polls `ready` until it yields a value, fails, or time runs out.
+fn wait_for<T>(
+    what: &str,
+    mut ready: impl FnMut() -> Result<Option<T>, EmulateError>,
+) -> Result<T, EmulateError> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(value) = ready()? {
+            return Ok(value);
+        }
+        if Instant::now() > deadline {
+            return Err(EmulateError::Timeout(what.to_string()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Cut {
+    /// Flush, detach, unmount, then let nbdkit finish.
+    Orderly,
+    /// Kill nbdkit before anything else can flush.
+    Power,
+}
+
+/// Takes the stack down from whatever state it is in. Every step runs even
+/// if one fails; the record is only removed when all succeeded, so a
+/// later `stop` can retry.
+fn teardown(drive: &Drive, cut: Cut) -> Result<(), EmulateError> {
+    let mut first_error = None;
+    let mut step = |result: Result<(), EmulateError>| {
+        if let Err(err) = result {
+            first_error.get_or_insert(err);
+        }
+    };
+    if cut == Cut::Power {
+        step(end_process(drive.nbdkit_pid, "nbdkit", Signal::KILL));
+    }
+    if let Some(device) = &drive.device {
+        if cut == Cut::Orderly {
+            flush(device);
+        }
+        step(detach(device, &loop_backing(drive)));
+    }
+    step(unmount(&drive.mount_dir()));
+    step(end_process(drive.nbdfuse_pid, "nbdfuse", Signal::KILL));
+    step(end_process(drive.nbdkit_pid, "nbdkit", Signal::TERM));
+    match first_error {
+        Some(err) => Err(err),
+        None => drive.forget(),
+    }
+}
+
+/// The path the kernel shows as the loop device's backing file.
+fn loop_backing(drive: &Drive) -> PathBuf {
+    let dir = fs::canonicalize(&drive.dir).unwrap_or_else(|_| drive.dir.clone());
+    dir.join("mnt").join("disk")
+}
+
+/// True when nbdkit runs and the loop device still serves the drive.
+pub fn healthy(drive: &Drive) -> bool {
+    let serving =
+        |device: &PathBuf| loop_backing_file(device).as_ref() == Some(&loop_backing(drive));
+    drive.nbdkit_pid.is_some_and(|pid| is_running(pid, "nbdkit"))
+        && drive.device.as_ref().is_some_and(serving)
+}
+
+fn loop_backing_file(device: &Path) -> Option<PathBuf> {
+    let dev = device.file_name()?.to_str()?;
+    let text = fs::read_to_string(format!("/sys/block/{dev}/loop/backing_file")).ok()?;
+    Some(PathBuf::from(text.trim()))
+}
+
+/// fsync on the device sends a flush down to nbdkit, which writes its
+/// volatile cache back. A broken stack fails this; stopping goes on.
+fn flush(device: &Path) {
+    if let Ok(file) = fs::OpenOptions::new().write(true).open(device) {
+        let _ = file.sync_all();
+    }
+}
+
+/// Detaches the loop device if it still serves our file (after a crash the
+/// number may belong to someone else now), then waits until it is gone.
+fn detach(device: &Path, file: &Path) -> Result<(), EmulateError> {
+    let backing = || loop_backing_file(device);
+    if backing().as_deref() != Some(file) {
+        return Ok(());
+    }
+    run("losetup", &[Path::new("-d"), device])?;
+    wait_for("the loop device to detach", || Ok((backing().as_deref() != Some(file)).then_some(())))
+}
+
+/// Unmounts nbdfuse's mount point; lazily if it is still busy, so nothing
+/// stays mounted.
+fn unmount(dir: &Path) -> Result<(), EmulateError> {
+    if !is_mounted(dir) {
+        return Ok(());
+    }
+    if run("fusermount3", &[Path::new("-u"), dir]).is_err() {
+        run("umount", &[Path::new("-l"), dir])?;
+    }
+    Ok(())
+}
+
+fn is_mounted(dir: &Path) -> bool {
+    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
+    let dir = dir.to_string_lossy();
+    mounts.lines().any(|line| line.split(' ').nth(1) == Some(dir.as_ref()))
+}
+
+/// Waits for a process to exit after `signal` (and SIGKILL if it lingers).
+/// Skips pids that now belong to another program.
+fn end_process(pid: Option<i32>, name: &str, signal: Signal) -> Result<(), EmulateError> {
+    let Some(raw) = pid else { return Ok(()) };
+    let Some(pid) = Pid::from_raw(raw) else {
+        return Ok(());
+    };
+    if !is_running(raw, name) {
+        return Ok(());
+    }
+    let _ = kill_process(pid, signal);
+    let gone = wait_for(name, || Ok((!is_running(raw, name)).then_some(())));
+    if gone.is_err() {
+        let _ = kill_process(pid, Signal::KILL);
+        return wait_for(name, || Ok((!is_running(raw, name)).then_some(())));
+    }
+    Ok(())
+}
+
+/// Alive and still `name` (zombies count as gone: only the parent can
+/// reap them and they hold nothing).
+fn is_running(pid: i32, name: &str) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": comm may hold spaces, so split at the last ')'.
+    let Some((head, tail)) = stat.rsplit_once(')') else {
+        return false;
+    };
+    let comm = head.split_once('(').map_or("", |(_, comm)| comm);
+    comm == name && !tail.trim_start().starts_with('Z')
+}
+
+fn run(program: &str, args: &[&Path]) -> Result<(), EmulateError> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(EmulateError::io(format!("running {program}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let command = format!(
+        "{program} {}",
+        args.iter().map(|a| a.display().to_string()).collect::<Vec<_>>().join(" ")
+    );
+    let detail = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    Err(EmulateError::Command { command, detail })
+}
+
+/// Cleans a working directory without a usable record: unmount, remove.
+fn clean_dir(dir: &Path) -> Result<(), EmulateError> {
+    unmount(&dir.join("mnt"))?;
+    state::remove(dir, |p| fs::remove_dir_all(p))
+}
+
+fn clean_record(id: &str) -> Result<(), EmulateError> {
+    state::remove(&state::state_dir().join(format!("{id}.json")), |p| fs::remove_file(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::emulate::preset;
+
+    fn drive(preset_name: &str, volatile_cache: bool) -> Drive {
+        Drive {
+            id: "t".into(),
+            preset: preset_name.into(),
+            geometry: preset(preset_name).unwrap(),
+            size: 64 << 20,
+            file: None,
+            volatile_cache,
+            fail_lba: None,
+            dir: "/run/x/t".into(),
+            nbdkit_command: Vec::new(),
+            nbdkit_pid: None,
+            nbdfuse_pid: None,
+            device: None,
+            reported_physical_sector_size: None,
+        }
+    }
+
+    #[test]
+    fn jumper_shifts_above_the_read_modify_write() {
+        let args = nbdkit_command(&drive("wd-ears-jumper", true)).join(" ");
+        assert_eq!(
+            args,
+            "--filter=offset --filter=cache --filter=blocksize --filter=delay memory size=67112960 \
+             offset=512 range=67108864 cache=writeback cache-min-block-size=4096 minblock=4096 \
+             rdelay=1ms wdelay=1ms"
+        );
+    }
+
+    #[test]
+    fn native_drives_only_have_latency() {
+        let args = nbdkit_command(&drive("native-512", false)).join(" ");
+        assert_eq!(args, "--filter=delay memory size=67108864 rdelay=1ms wdelay=1ms");
+    }
+
+    #[test]
+    fn bad_sectors_use_the_eval_plugin() {
+        let mut d = drive("wd-ears", false);
+        d.fail_lba = Some(crate::emulate::LbaRange { first: 1000, last: 1999 });
+        let args = nbdkit_command(&d);
+        assert_eq!(args[2], "eval");
+        assert!(args[4].contains("-lt 1024000 ] && [ $(($4 + $3)) -gt 512000 ]"), "{}", args[4]);
+        assert!(args[4].contains("'/run/x/t/platter.img'"));
+    }
+
+    #[test]
+    fn shell_quoting() {
+        assert_eq!(shell_quote("a'b"), r"'a'\''b'");
+    }
+}

@@ -1,0 +1,180 @@
+//! The record of each drive: `STATE/ID.json` plus a working directory
+//! `STATE/ID/` holding the socket, pidfiles, logs and the FUSE mount.
+
+use super::{EmulateError, Geometry, LbaRange, Spec};
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_STATE_DIR: &str = "/run/blkalign/emulate";
+
+/// Where records live: `$BLKALIGN_EMULATE_DIR` (for isolated tests) or
+/// /run/blkalign/emulate, which a reboot empties along with the drives.
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("BLKALIGN_EMULATE_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), PathBuf::from)
+}
+
+/// One emulated drive. Fields past `fail_lba` are filled in as the stack
+/// comes up and saved at each step, so a half-started drive can be stopped.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Drive {
+    pub id: String,
+    pub preset: String,
+    pub geometry: Geometry,
+    /// Bytes the host sees.
+    pub size: u64,
+    pub file: Option<PathBuf>,
+    pub volatile_cache: bool,
+    pub fail_lba: Option<LbaRange>,
+    /// The drive's working directory.
+    pub dir: PathBuf,
+    pub nbdkit_command: Vec<String>,
+    pub nbdkit_pid: Option<i32>,
+    pub nbdfuse_pid: Option<i32>,
+    pub device: Option<PathBuf>,
+    /// What the kernel says the loop device's physical sector size is.
+    pub reported_physical_sector_size: Option<u32>,
+}
+
+impl Drive {
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join("nbd.sock")
+    }
+
+    pub fn mount_dir(&self) -> PathBuf {
+        self.dir.join("mnt")
+    }
+
+    /// The file nbdfuse serves and the loop device is attached to.
+    pub fn fuse_file(&self) -> PathBuf {
+        self.mount_dir().join("disk")
+    }
+
+    /// The platter when it is neither in memory nor in the user's file.
+    pub fn scratch_file(&self) -> PathBuf {
+        self.dir.join("platter.img")
+    }
+
+    fn record(&self) -> PathBuf {
+        record_path(self.dir.parent().unwrap_or(Path::new("/")), &self.id)
+    }
+
+    /// Writes the record atomically: readers never see half of it.
+    pub fn save(&self) -> Result<(), EmulateError> {
+        let path = self.record();
+        let tmp = path.with_extension("json.tmp");
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|source| EmulateError::Record { path: path.clone(), source })?;
+        fs::write(&tmp, text).map_err(EmulateError::io(format!("writing {}", tmp.display())))?;
+        fs::rename(&tmp, &path).map_err(EmulateError::io(format!("writing {}", path.display())))
+    }
+
+    /// Deletes the working directory, then the record.
+    pub fn forget(&self) -> Result<(), EmulateError> {
+        remove(&self.dir, |p| fs::remove_dir_all(p))?;
+        remove(&self.record(), |p| fs::remove_file(p))
+    }
+}
+
+/// Removes `path` with `how`; already gone is fine.
+pub fn remove(path: &Path, how: fn(&Path) -> std::io::Result<()>) -> Result<(), EmulateError> {
+    match how(path) {
+        Err(err) if err.kind() != ErrorKind::NotFound => {
+            Err(EmulateError::io(format!("removing {}", path.display()))(err))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn record_path(root: &Path, id: &str) -> PathBuf {
+    root.join(format!("{id}.json"))
+}
+
+/// Claims a fresh id (creating its record is the lock, so concurrent
+/// starts never share one) and saves the first record.
+pub fn create(spec: &Spec, size: u64) -> Result<Drive, EmulateError> {
+    let root = state_dir();
+    fs::create_dir_all(&root).map_err(EmulateError::io(format!("creating {}", root.display())))?;
+    let base = format!("emu{}", std::process::id());
+    let id = (0..)
+        .map(|n| if n == 0 { base.clone() } else { format!("{base}-{n}") })
+        .find_map(|id| claim(&root, &id).transpose())
+        .unwrap_or_else(|| unreachable!("ids are endless"))?;
+    let drive = Drive {
+        dir: root.join(&id),
+        id,
+        preset: spec.preset.clone(),
+        geometry: spec.geometry,
+        size,
+        file: spec.file.clone(),
+        volatile_cache: spec.volatile_cache,
+        fail_lba: spec.fail_lba,
+        nbdkit_command: Vec::new(),
+        nbdkit_pid: None,
+        nbdfuse_pid: None,
+        device: None,
+        reported_physical_sector_size: None,
+    };
+    drive.save()?;
+    Ok(drive)
+}
+
+/// Some(id) when the record was created, None when the id is taken.
+fn claim(root: &Path, id: &str) -> Result<Option<String>, EmulateError> {
+    let path = record_path(root, id);
+    match fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+        Ok(_) => Ok(Some(id.to_string())),
+        Err(err) if err.kind() == ErrorKind::AlreadyExists => Ok(None),
+        Err(err) => Err(EmulateError::io(format!("creating {}", path.display()))(err)),
+    }
+}
+
+pub fn load(id: &str) -> Result<Drive, EmulateError> {
+    if id.is_empty() || id.contains(['/', '.']) {
+        return Err(EmulateError::NoSuchDrive(id.to_string()));
+    }
+    let path = record_path(&state_dir(), id);
+    let text = match fs::read_to_string(&path) {
+        Err(err) if err.kind() == ErrorKind::NotFound => {
+            return Err(EmulateError::NoSuchDrive(id.to_string()))
+        }
+        other => other.map_err(EmulateError::io(format!("reading {}", path.display())))?,
+    };
+    serde_json::from_str(&text).map_err(|source| EmulateError::Record { path, source })
+}
+
+/// Every recorded drive, by id. Records being written right now (empty)
+/// are skipped.
+pub fn list() -> Result<Vec<Drive>, EmulateError> {
+    Ok(ids()?.iter().filter_map(|id| load(id).ok()).collect())
+}
+
+/// Ids of all records, readable or not, sorted.
+pub fn ids() -> Result<Vec<String>, EmulateError> {
+    let root = state_dir();
+    let entries = match fs::read_dir(&root) {
+        Err(err) if err.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+        other => other.map_err(EmulateError::io(format!("reading {}", root.display())))?,
+    };
+    let mut ids: Vec<String> = entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter_map(|name| name.strip_suffix(".json").map(str::to_string))
+        .collect();
+    ids.sort();
+    Ok(ids)
+}
+
+/// Working directories whose record is gone (a crash between the two).
+pub fn orphan_dirs() -> Vec<PathBuf> {
+    let root = state_dir();
+    let Ok(entries) = fs::read_dir(&root) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.is_dir() && !path.with_extension("json").exists())
+        .collect()
+}

@@ -1,0 +1,49 @@
+//! Audits of emulated Advanced Format drives: the kernel's word against the
+//! drive's real geometry.
+
+mod common;
+
+use common::emulate::EmulatedDrive;
+use common::{blkalign, needs, run, run_stdin};
+use serde_json::Value;
+
+fn audit(args: &[&str]) -> (i32, Value) {
+    let out = blkalign().args(["audit", "--json"]).args(args).output().expect("run");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
+    (out.status.code().expect("exit code"), doc["targets"][0].clone())
+}
+
+#[test]
+fn lying_drive_is_judged_by_4096_unless_trusted() {
+    if !needs(true, &["nbdkit", "nbdfuse", "losetup", "sfdisk"]) {
+        return;
+    }
+    let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB"]);
+    run_stdin("sfdisk", &["--no-reread", "--no-tell-kernel", drive.str()], Some("label: dos\nstart=63, size=20000\n"));
+    let (code, t) = audit(&[drive.str()]);
+    assert_eq!(code, 1, "{t}");
+    assert_eq!(t["physical_sector_size"], 512, "the kernel believes the drive");
+    assert_eq!(t["physical_sector_source"], "kernel");
+    assert_eq!(t["effective_physical_sector_size"], 4096);
+    assert_eq!(t["physical_sector_assumed"], true);
+    assert_eq!(t["partitions"][0]["verdict"], "misaligned");
+    let (code, t) = audit(&["--trust-kernel", drive.str()]);
+    assert_eq!(code, 0, "trusting the lie hides the penalty: {t}");
+    assert_eq!(t["partitions"][0]["verdict"], "suboptimal");
+}
+
+#[test]
+fn four_kn_drive_with_sgdisk_gpt() {
+    if !needs(true, &["nbdkit", "nbdfuse", "losetup", "sgdisk"]) {
+        return;
+    }
+    let drive = EmulatedDrive::start(&["--preset", "4kn", "--size", "64MiB"]);
+    run("sgdisk", &["-a", "1", "-n", "1:6:+4M", "-n", "2:2048:+4M", drive.str()]);
+    let (code, t) = audit(&[drive.str()]);
+    assert_eq!(code, 0, "{t}");
+    assert_eq!(t["logical_sector_size"], 4096);
+    assert_eq!(t["table"], "gpt");
+    assert_eq!(t["partitions"][0]["start"], 6);
+    assert_eq!(t["partitions"][0]["verdict"], "suboptimal", "24 KiB is on a sector, not on 1 MiB");
+    assert_eq!(t["partitions"][1]["verdict"], "aligned");
+}

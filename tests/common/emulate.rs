@@ -1,0 +1,149 @@
+//! Emulated Advanced Format drives for integration tests, and O_DIRECT
+//! helpers to talk to them as a misaligned filesystem would.
+//!
+//! ```ignore
+//! if !common::needs(true, &["nbdkit", "nbdfuse", "losetup"]) { return; }
+//! let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB"]);
+//! // drive.device is /dev/loopN; it is stopped when `drive` drops.
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A drive started with `blkalign emulate start --json`, stopped with
+/// `blkalign emulate stop` on drop (panics included).
+pub struct EmulatedDrive {
+    pub device: PathBuf,
+    pub id: String,
+    /// Everything `start --json` printed.
+    pub json: serde_json::Value,
+    stopped: bool,
+}
+
+impl EmulatedDrive {
+    /// Starts a drive; `args` are those of `blkalign emulate start`.
+    pub fn start(args: &[&str]) -> EmulatedDrive {
+        let out = super::blkalign()
+            .args(["emulate", "start", "--json"])
+            .args(args)
+            .output()
+            .expect("run blkalign");
+        assert!(
+            out.status.success(),
+            "emulate start {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("start --json prints JSON");
+        let id = json["id"].as_str().expect("id").to_string();
+        let device = PathBuf::from(json["device"].as_str().expect("device"));
+        EmulatedDrive { device, id, json, stopped: false }
+    }
+
+    pub fn str(&self) -> &str {
+        self.device.to_str().expect("utf-8 device path")
+    }
+
+    /// A number from the `start --json` output.
+    pub fn field(&self, name: &str) -> u64 {
+        self.json[name].as_u64().unwrap_or_else(|| panic!("no {name} in {}", self.json))
+    }
+
+    /// The node of partition `n` (/dev/loopNpM).
+    pub fn partition(&self, n: u32) -> PathBuf {
+        PathBuf::from(format!("{}p{n}", self.str()))
+    }
+
+    /// Stops the drive now, asserting that it stops cleanly.
+    pub fn stop(mut self) {
+        self.stopped = true;
+        super::blkalign().args(["emulate", "stop", &self.id]).assert().success();
+    }
+
+    /// Ends the drive without flushing its volatile cache.
+    pub fn power_cut(mut self) {
+        self.stopped = true;
+        super::blkalign().args(["emulate", "power-cut", &self.id]).assert().success();
+    }
+
+    /// Opens the device for O_DIRECT reads and writes.
+    pub fn open_direct(&self) -> File {
+        open_direct(&self.device)
+    }
+}
+
+impl Drop for EmulatedDrive {
+    fn drop(&mut self) {
+        if !self.stopped {
+            let _ = super::blkalign().args(["emulate", "stop", &self.id]).output();
+        }
+    }
+}
+
+/// Opens `path` with O_DIRECT, so each request reaches the emulator as is.
+pub fn open_direct(path: &Path) -> File {
+    let direct = rustix::fs::OFlags::DIRECT.bits() as i32;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(direct)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {} O_DIRECT: {e}", path.display()))
+}
+
+/// A buffer aligned to 4096 bytes, as O_DIRECT needs.
+pub struct AlignedBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub fn new(len: usize, fill: u8) -> AlignedBuf {
+        let storage = vec![fill; len + 4096];
+        let start = storage.as_ptr().align_offset(4096);
+        AlignedBuf { storage, start, len }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
+/// How long one O_DIRECT write of `buf` at `offset` takes.
+pub fn time_write(file: &File, offset: u64, buf: &AlignedBuf) -> Duration {
+    let begin = Instant::now();
+    file.write_all_at(buf.bytes(), offset).unwrap_or_else(|e| panic!("pwrite at {offset}: {e}"));
+    begin.elapsed()
+}
+
+/// Median time of 4 KiB O_DIRECT writes at `base`, `base + step`, ... for
+/// `count` writes.
+pub fn median_write(file: &File, base: u64, step: u64, count: u64) -> Duration {
+    let buf = AlignedBuf::new(4096, 0x5a);
+    let mut times: Vec<Duration> =
+        (0..count).map(|i| time_write(file, base + i * step, &buf)).collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// A value from /sys/block/loopN/queue/.
+pub fn queue_value(device: &Path, name: &str) -> u64 {
+    let dev = device.file_name().and_then(|n| n.to_str()).expect("device name");
+    let path = format!("/sys/block/{dev}/queue/{name}");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.trim().parse().unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The state directory `blkalign emulate` uses in this environment.
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("BLKALIGN_EMULATE_DIR")
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from("/run/blkalign/emulate"), PathBuf::from)
+}

@@ -1,0 +1,81 @@
+//! The device layer against real loop devices (root only).
+
+mod common;
+
+use blkalign::device::{open, resolve, topology, Overrides, Source, Sourced, SysRoot, TargetKind};
+use common::{Image, Loop};
+
+const MIB: u64 = 1024 * 1024;
+
+#[test]
+fn loop_with_4096_byte_sectors() {
+    if !common::needs(true, &["losetup"]) {
+        return;
+    }
+    let image = Image::new(64 * MIB);
+    let dev = Loop::attach(&image.path, 4096);
+    let root = SysRoot::real();
+    let target = resolve(&root, &dev.dev).expect("resolve");
+    assert_eq!(target.kind, TargetKind::Disk);
+    assert_eq!(target.path, dev.dev);
+    assert_eq!(target.selected_partition, None);
+
+    let file = open(&target).expect("root can open a loop device");
+    let t = topology(&root, &target, Some(&file), &Overrides::default()).expect("topology");
+    // sysfs and BLKSSZGET agree, so the kernel keeps the credit and no note.
+    assert_eq!(t.logical_sector_size, Sourced::new(4096, Source::Kernel));
+    assert!(t.physical_sector_size.value >= 4096);
+    assert_eq!(t.size_bytes, 64 * MIB);
+    assert!(t.notes.is_empty(), "{:?}", t.notes);
+}
+
+#[test]
+fn loop_partition_resolves_to_its_parent() {
+    if !common::needs(true, &["losetup", "sfdisk", "partx"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 * MIB, "label: gpt\nstart=2048, size=4096\n");
+    let dev = Loop::attach(&image.path, 512);
+    let node = dev.partition(1);
+    dev.add_partitions(1);
+    let target = resolve(&SysRoot::real(), &node).expect("resolve partition");
+    assert_eq!(target.path, dev.dev);
+    assert_eq!(target.kind, TargetKind::Disk);
+    assert_eq!(target.selected_partition, Some(1));
+    let name = dev
+        .dev
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("loop name");
+    assert_eq!(target.name.as_deref(), Some(name));
+
+    let parts = blkalign::device::kernel_partitions(&SysRoot::real(), name);
+    assert_eq!(parts.len(), 1);
+    assert_eq!(
+        (parts[0].start_bytes, parts[0].size_bytes),
+        (2048 * 512, 4096 * 512)
+    );
+}
+
+/// Whatever disks this machine has: listing and describing them must work,
+/// and sysfs alone must be enough when a device cannot be opened. Loop
+/// devices are skipped: other tests attach and detach them concurrently.
+#[test]
+fn every_disk_on_this_machine_has_a_topology() {
+    let root = SysRoot::real();
+    let disks = blkalign::device::list_disks(&root).expect("list /sys/block");
+    let not_loop =
+        |t: &&blkalign::device::Target| !t.name.as_deref().is_some_and(|n| n.starts_with("loop"));
+    for target in disks.iter().filter(not_loop) {
+        let file = open(target).ok();
+        let t = topology(&root, target, file.as_ref(), &Overrides::default()).expect("topology");
+        eprintln!("{}: {t:?}", target.path.display());
+        assert!(
+            t.logical_sector_size.value >= 512,
+            "{}",
+            target.path.display()
+        );
+        assert!(t.physical_sector_size.value >= t.logical_sector_size.value);
+        assert!(t.size_bytes > 0);
+    }
+}
