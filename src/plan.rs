@@ -38,6 +38,8 @@ pub enum Align {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Size {
     Bytes(u64),
+    /// Logical sectors of the disk.
+    Sectors(u64),
     /// Per cent of the whole disk.
     Percent(u64),
     /// Everything left.
@@ -47,6 +49,9 @@ pub enum Size {
 /// One partition as asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
+    /// The lowest LBA it may start at (an sfdisk script's `start=`); the
+    /// start is still rounded up to the grain.
+    pub min_start: Option<u64>,
     pub size: Size,
     pub type_id: String,
     pub name: Option<String>,
@@ -224,7 +229,7 @@ impl Layouter<'_> {
     fn gpt(&mut self, requests: &[Request]) -> Result<Vec<Planned>, PlanError> {
         let mut out = Vec::new();
         for (i, r) in requests.iter().enumerate() {
-            let start = self.next_start(self.cursor);
+            let start = self.next_start(self.cursor.max(r.min_start.unwrap_or(0)));
             let size = self.size_at(i, r.size, start)?;
             self.cursor = start + size;
             out.push(planned(i as u32 + 1, start, size, Role::Gpt, r, None));
@@ -240,7 +245,7 @@ impl Layouter<'_> {
         for (i, r) in requests.iter().take(primaries).enumerate() {
             let start = match self.first.take() {
                 Some(fixed) if i == 0 => fixed,
-                _ => self.next_start(self.cursor),
+                _ => self.next_start(self.cursor.max(r.min_start.unwrap_or(0))),
             };
             let size = self.size_at(i, r.size, start)?;
             self.cursor = start + size;
@@ -259,13 +264,13 @@ impl Layouter<'_> {
         let ext_index = out.len();
         let mut ebr = ext_start;
         for (i, r) in requests.iter().enumerate() {
-            let start = self.next_start(ebr + 1);
+            let start = self.next_start((ebr + 1).max(r.min_start.unwrap_or(0)));
             let size = self.size_at(ext_index + 1 + i, r.size, start)?;
             out.push(planned(5 + i as u32, start, size, Role::Logical, r, Some(ebr)));
             self.cursor = start + size;
             ebr = self.cursor;
         }
-        let ext = Request { size: Size::Rest, type_id: "0x05".into(), name: None };
+        let ext = Request { min_start: None, size: Size::Rest, type_id: "0x05".into(), name: None };
         out.insert(ext_index, planned(4, ext_start, self.cursor - ext_start, Role::Extended, &ext, None));
         Ok(())
     }
@@ -290,6 +295,7 @@ impl Layouter<'_> {
         let logical = self.disk.logical;
         let wanted = match size {
             Size::Bytes(b) => b.div_ceil(logical),
+            Size::Sectors(n) => n,
             Size::Percent(p) if (1..=100).contains(&p) => {
                 let bytes = u128::from(self.total) * u128::from(logical) * u128::from(p) / 100;
                 let rounded = align_down(u64::try_from(bytes).unwrap_or(u64::MAX), self.grain, 0).unwrap_or(0);
@@ -367,7 +373,8 @@ fn planned(number: u32, start: u64, size: u64, role: Role, r: &Request, ebr: Opt
     Planned { number, start, size, role, type_id: r.type_id.clone(), name: r.name.clone(), ebr }
 }
 
-/// Parse a size: "512MiB", "20G", "4096", "25%", "rest".
+/// Parse a size: "512MiB", "20G", "4096" (bytes), "2048s" (sectors),
+/// "25%", "rest".
 pub fn parse_size(text: &str) -> Result<Size, String> {
     let t = text.trim();
     if t.eq_ignore_ascii_case("rest") || t == "+" {
@@ -385,10 +392,122 @@ pub fn parse_size(text: &str) -> Result<Size, String> {
         "m" | "mib" | "mb" => 20,
         "g" | "gib" | "gb" => 30,
         "t" | "tib" | "tb" => 40,
-        "s" => return n.checked_mul(512).map(Size::Bytes).ok_or(format!("size {text:?} overflows")),
+        "s" => return Ok(Size::Sectors(n)),
         other => return Err(format!("unknown unit {other:?} in {text:?} (use KiB, MiB, GiB, TiB, %, rest)")),
     };
     n.checked_mul(1 << shift).map(Size::Bytes).ok_or(format!("size {text:?} overflows"))
+}
+
+/// Parse `--part SIZE[:TYPE[:NAME]]`; TYPE defaults to linux. A name may
+/// itself hold colons.
+pub fn parse_part(text: &str) -> Result<Request, String> {
+    let mut fields = text.splitn(3, ':');
+    let size = parse_size(fields.next().unwrap_or_default())?;
+    let type_id = fields.next().filter(|t| !t.is_empty()).unwrap_or("linux").to_string();
+    let name = fields.next().map(str::to_string);
+    Ok(Request { min_start: None, size, type_id, name })
+}
+
+/// Parse an sfdisk-style script: `label: gpt|dos` and one partition per
+/// line as `start=, size=, type=, name=` (other fields and headers are
+/// ignored). Extended partitions are dropped: the planner makes its own.
+pub fn parse_script(text: &str) -> Result<(Option<Label>, Vec<Request>), String> {
+    let mut label = None;
+    let mut requests = Vec::new();
+    for (n, line) in text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = |e: String| format!("script line {n}: {e}");
+        if let Some((key, value)) = header(line) {
+            if key == "label" {
+                label = Some(script_label(value).map_err(at)?);
+            }
+            continue;
+        }
+        if let Some(r) = script_part(line).map_err(at)? {
+            requests.push(r);
+        }
+    }
+    Ok((label, requests))
+}
+
+/// `key: value` header lines; partition lines have `=` before any colon.
+fn header(line: &str) -> Option<(&str, &str)> {
+    let (key, value) = line.split_once(':')?;
+    let key = key.trim();
+    (!key.contains('=') && !key.starts_with('/')).then_some((key, value.trim()))
+}
+
+fn script_label(value: &str) -> Result<Label, String> {
+    match value {
+        "gpt" => Ok(Label::Gpt),
+        "dos" | "mbr" => Ok(Label::Mbr),
+        other => Err(format!("unsupported label {other:?} (use gpt or dos)")),
+    }
+}
+
+/// One partition line, None for an extended container.
+fn script_part(line: &str) -> Result<Option<Request>, String> {
+    // "/dev/sda1 : start=..." names the node first; the fields follow.
+    let fields = line.split_once(" : ").map_or(line, |(_, f)| f);
+    let mut r = Request { min_start: None, size: Size::Rest, type_id: "linux".into(), name: None };
+    for field in split_fields(fields) {
+        let Some((key, value)) = field.split_once('=') else { continue };
+        let value = value.trim().trim_matches('"');
+        match key.trim() {
+            "start" => r.min_start = Some(value.parse().map_err(|_| format!("bad start {value:?}"))?),
+            "size" => r.size = script_size(value)?,
+            "type" | "Id" => r.type_id = script_type(value).to_string(),
+            "name" => r.name = Some(value.to_string()),
+            _ => {}
+        }
+    }
+    let extended = ["5", "05", "f", "0f", "85", "extended"].contains(&r.type_id.to_ascii_lowercase().as_str());
+    Ok((!extended).then_some(r))
+}
+
+/// Fields split on commas and blanks, except inside double quotes.
+fn split_fields(text: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quoted = false;
+    for c in text.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' | ' ' | '\t' if !quoted => out.push(String::new()),
+            _ => {}
+        }
+        if let Some(last) = out.last_mut().filter(|_| quoted || !matches!(c, ',' | ' ' | '\t')) {
+            last.push(c);
+        }
+    }
+    out.retain(|f| !f.is_empty());
+    out
+}
+
+/// sfdisk sizes: a bare number counts sectors, `+` means the rest.
+fn script_size(value: &str) -> Result<Size, String> {
+    let v = value.trim_start_matches('+');
+    if v.is_empty() {
+        return Ok(Size::Rest);
+    }
+    match v.parse() {
+        Ok(n) => Ok(Size::Sectors(n)),
+        Err(_) => parse_size(v),
+    }
+}
+
+/// sfdisk's one-letter type shortcuts.
+fn script_type(value: &str) -> &str {
+    match value {
+        "L" => "linux",
+        "S" => "swap",
+        "U" => "efi",
+        "R" => "raid",
+        "V" => "lvm",
+        "E" | "X" => "extended",
+        other => other,
+    }
 }
 
 #[cfg(test)]
@@ -402,7 +521,7 @@ mod tests {
     }
 
     fn req(size: Size) -> Request {
-        Request { size, type_id: "linux".into(), name: None }
+        Request { min_start: None, size, type_id: "linux".into(), name: None }
     }
 
     #[test]
@@ -465,6 +584,13 @@ mod tests {
     }
 
     #[test]
+    fn min_start_is_a_lower_bound_rounded_to_the_grain() {
+        let r = Request { min_start: Some(5000), ..req(Size::Sectors(100)) };
+        let p = plan(&disk(1 << 30, 512), Label::Gpt, Align::Optimal, false, &[r]).unwrap();
+        assert_eq!((p.partitions[0].start, p.partitions[0].size), (6144, 100));
+    }
+
+    #[test]
     fn cylinder_compatible_mbr() {
         let p = plan(&disk(1 << 30, 512), Label::Mbr, Align::Minimal, true, &[req(Size::Bytes(MIB)), req(Size::Bytes(MIB))]).unwrap();
         assert_eq!(p.partitions[0].start, 56);
@@ -510,12 +636,43 @@ mod tests {
         assert_eq!(parse_size("2G"), Ok(Size::Bytes(2 << 30)));
         assert_eq!(parse_size("1t"), Ok(Size::Bytes(1 << 40)));
         assert_eq!(parse_size("4096"), Ok(Size::Bytes(4096)));
-        assert_eq!(parse_size("2048s"), Ok(Size::Bytes(MIB)));
+        assert_eq!(parse_size("2048s"), Ok(Size::Sectors(2048)));
         assert_eq!(parse_size("25%"), Ok(Size::Percent(25)));
         assert_eq!(parse_size("rest"), Ok(Size::Rest));
         assert!(parse_size("12parsecs").is_err());
         assert!(parse_size("99999999999T").is_err());
         assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn parts_parse() {
+        let r = parse_part("512MiB:efi:EFI system").unwrap();
+        assert_eq!((r.size, r.type_id.as_str(), r.name.as_deref()), (Size::Bytes(512 * MIB), "efi", Some("EFI system")));
+        let r = parse_part("rest").unwrap();
+        assert_eq!((r.size, r.type_id.as_str(), r.name), (Size::Rest, "linux", None));
+        assert!(parse_part("lots:linux").is_err());
+    }
+
+    #[test]
+    fn scripts_parse() {
+        let script = "label: dos\nunit: sectors\n\n/dev/sda1 : start=2048, size=204800, type=83, bootable\n\
+            start=206848 size=1GiB type=S\ntype=5\nsize=+, type=8e\n";
+        let (label, reqs) = parse_script(script).unwrap();
+        assert_eq!(label, Some(Label::Mbr));
+        let got: Vec<_> = reqs.iter().map(|r| (r.min_start, r.size, r.type_id.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (Some(2048), Size::Sectors(204800), "83"),
+                (Some(206848), Size::Bytes(1 << 30), "swap"),
+                (None, Size::Rest, "8e"),
+            ]
+        );
+        let (label, reqs) = parse_script("label: gpt\nsize=1MiB, type=U, name=\"EFI system\"\n").unwrap();
+        assert_eq!(label, Some(Label::Gpt));
+        assert_eq!(reqs[0].name.as_deref(), Some("EFI system"));
+        assert!(parse_script("label: sun\n").unwrap_err().contains("line 1"));
+        assert!(parse_script("start=x\n").is_err());
     }
 
     proptest! {

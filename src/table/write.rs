@@ -279,7 +279,7 @@ mod tests {
     fn make(label: Label, logical: u64, sizes: &[Size]) -> (Plan, Vec<u8>) {
         let disk = Disk { size_bytes: 64 * MIB, logical, physical: 4096, alignment_offset: 0, optimal_io: None };
         let reqs: Vec<Request> =
-            sizes.iter().map(|&size| Request { size, type_id: "linux".into(), name: Some("p".into()) }).collect();
+            sizes.iter().map(|&size| Request { min_start: None, size, type_id: "linux".into(), name: Some("p".into()) }).collect();
         let reqs: Vec<Request> =
             if label == Label::Mbr { reqs.into_iter().map(|r| Request { name: None, ..r }).collect() } else { reqs };
         let p = plan(&disk, label, Align::Optimal, false, &reqs).unwrap();
