@@ -104,6 +104,7 @@ pub struct Target {
 }
 
 mod error;
+pub mod exclusive;
 mod ioctl;
 pub mod quirks;
 mod sysfs;

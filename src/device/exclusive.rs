@@ -1,0 +1,242 @@
+//! Safety for writing a partition table: refuse targets something else is
+//! using, open them exclusively, and make the kernel see the new table.
+
+use super::sysfs::{partition_number, read_text, SysRoot};
+use super::{Target, TargetKind};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExclusiveError {
+    #[error("{}: in use: {}", .0.display(), .1)]
+    InUse(PathBuf, String),
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+fn io_error(path: &Path, e: impl Into<std::io::Error>) -> ExclusiveError {
+    ExclusiveError::Io { path: path.to_path_buf(), source: e.into() }
+}
+
+/// A block device node with its kernel name and "major:minor".
+struct Node {
+    name: String,
+    dev: String,
+    holders: PathBuf,
+}
+
+/// Refuse a disk that is mounted, held (LVM, MD, dm-crypt), or opened
+/// exclusively (swap, btrfs) through itself or any partition, and an image
+/// attached to a loop device.
+pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveError> {
+    let busy = |why: String| Err(ExclusiveError::InUse(target.path.clone(), why));
+    let Some(name) = target.name.as_deref().filter(|_| target.kind == TargetKind::Disk) else {
+        return match loop_backed_by(root, &target.path) {
+            Some(dev) => busy(format!("attached to /dev/{dev}; partition that device or detach it")),
+            None => Ok(()),
+        };
+    };
+    let nodes = nodes(root, name);
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for node in &nodes {
+        if let Some(point) = mounted(&mountinfo, &node.dev) {
+            return busy(format!("{} is mounted on {point}", node.name));
+        }
+        if let Some(holder) = first_entry(&node.holders) {
+            return busy(format!("{} is held by {holder} (LVM, MD RAID or dm-crypt)", node.name));
+        }
+        if claimed(&root.dev.join(&node.name)) {
+            return busy(format!("{} is open exclusively (swap, a file system or another tool)", node.name));
+        }
+    }
+    Ok(())
+}
+
+/// The disk and its partitions, from SYS/block/NAME.
+fn nodes(root: &SysRoot, name: &str) -> Vec<Node> {
+    let disk = root.sys.join("block").join(name);
+    let node = |dir: &Path, name: &str| Node {
+        name: name.to_string(),
+        dev: read_text(&dir.join("dev")).unwrap_or_default(),
+        holders: dir.join("holders"),
+    };
+    let mut out = vec![node(&disk, name)];
+    let entries = fs::read_dir(&disk).into_iter().flatten().flatten();
+    for entry in entries.filter(|e| partition_number(&e.path()).is_some()) {
+        if let Some(part) = entry.file_name().to_str() {
+            out.push(node(&entry.path(), part));
+        }
+    }
+    out
+}
+
+/// The mount point of device `dev` ("8:1") in a mountinfo text, whose third
+/// field is major:minor.
+fn mounted(mountinfo: &str, dev: &str) -> Option<String> {
+    mountinfo.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        (fields.get(2) == Some(&dev) && !dev.is_empty()).then(|| fields.get(4).unwrap_or(&"?").to_string())
+    })
+}
+
+fn first_entry(dir: &Path) -> Option<String> {
+    let mut entries = fs::read_dir(dir).ok()?.flatten();
+    entries.next().map(|e| e.file_name().to_string_lossy().into_owned())
+}
+
+/// Whether O_EXCL on the node fails with EBUSY: the kernel's own word that
+/// someone claimed it. A node we cannot open is judged by the other checks.
+fn claimed(node: &Path) -> bool {
+    let flags = OFlags::RDONLY | OFlags::EXCL | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    matches!(rustix::fs::open(node, flags, Mode::empty()), Err(Errno::BUSY))
+}
+
+/// The loop device whose backing file is `image`, if any.
+fn loop_backed_by(root: &SysRoot, image: &Path) -> Option<String> {
+    let image = fs::canonicalize(image).ok()?;
+    let block = fs::read_dir(root.sys.join("block")).ok()?;
+    block.flatten().find_map(|entry| {
+        let backing = read_text(&entry.path().join("loop/backing_file"))?;
+        (Path::new(backing.trim()) == image).then(|| entry.file_name().to_string_lossy().into_owned())
+    })
+}
+
+/// Open for writing; block devices exclusively, so no one mounts or claims
+/// them while the table is written.
+pub fn open_for_writing(target: &Target) -> Result<File, ExclusiveError> {
+    let mut flags = OFlags::RDWR | OFlags::CLOEXEC;
+    if target.kind == TargetKind::Disk {
+        flags |= OFlags::EXCL;
+    }
+    match rustix::fs::open(&target.path, flags, Mode::empty()) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(Errno::BUSY) => Err(ExclusiveError::InUse(target.path.clone(), "open exclusively elsewhere".into())),
+        Err(e) => Err(io_error(&target.path, e)),
+    }
+}
+
+/// How the kernel learned the new table.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reread {
+    /// BLKRRPART rescanned the whole table.
+    Rescanned,
+    /// BLKPG deleted and added partitions one by one.
+    PerPartition,
+}
+
+/// A partition for the kernel, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelPart {
+    pub number: u32,
+    pub start: u64,
+    pub length: u64,
+}
+
+/// Make the kernel use the new table: BLKRRPART, retried while udev's probe
+/// holds a partition open, then BLKPG per partition. `old` are the numbers
+/// the kernel had before.
+pub fn reread(file: &File, path: &Path, old: &[u32], new: &[KernelPart]) -> Result<Reread, ExclusiveError> {
+    const BLKRRPART: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 95);
+    for _ in 0..5 {
+        // SAFETY: BLKRRPART takes no argument.
+        let done = unsafe { rustix::ioctl::ioctl(file, rustix::ioctl::NoArg::<BLKRRPART>::new()) };
+        match done {
+            Ok(()) => return Ok(Reread::Rescanned),
+            Err(Errno::BUSY) => std::thread::sleep(std::time::Duration::from_millis(200)),
+            Err(e) => return Err(io_error(path, e)),
+        }
+    }
+    for &number in old {
+        // A partition already gone is fine; a busy one shows when adding.
+        let _ = blkpg(file, BLKPG_DEL, KernelPart { number, start: 0, length: 0 });
+    }
+    for &part in new {
+        blkpg(file, BLKPG_ADD, part).map_err(|e| io_error(path, e))?;
+    }
+    Ok(Reread::PerPartition)
+}
+
+const BLKPG_ADD: i32 = 1;
+const BLKPG_DEL: i32 = 2;
+
+/// struct blkpg_partition from <linux/blkpg.h>.
+#[repr(C)]
+struct BlkpgPartition {
+    start: i64,
+    length: i64,
+    pno: i32,
+    devname: [u8; 64],
+    volname: [u8; 64],
+}
+
+/// struct blkpg_ioctl_arg from <linux/blkpg.h>.
+#[repr(C)]
+struct BlkpgArg {
+    op: i32,
+    flags: i32,
+    datalen: i32,
+    data: *mut BlkpgPartition,
+}
+
+fn blkpg(file: &File, op: i32, part: KernelPart) -> rustix::io::Result<()> {
+    const BLKPG: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 105);
+    let range = |v: u64| i64::try_from(v).map_err(|_| Errno::INVAL);
+    let pno = i32::try_from(part.number).map_err(|_| Errno::INVAL)?;
+    let mut data =
+        BlkpgPartition { start: range(part.start)?, length: range(part.length)?, pno, devname: [0; 64], volname: [0; 64] };
+    let arg = BlkpgArg { op, flags: 0, datalen: std::mem::size_of::<BlkpgPartition>() as i32, data: &mut data };
+    // SAFETY: BLKPG takes a pointer to blkpg_ioctl_arg, whose data points
+    // at a blkpg_partition that outlives the call.
+    unsafe { rustix::ioctl::ioctl(file, rustix::ioctl::Setter::<BLKPG, BlkpgArg>::new(arg)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "22 1 8:2 / / rw,relatime shared:1 - ext4 /dev/sda2 rw\n\
+                             30 22 0:5 / /dev rw - devtmpfs udev rw\n";
+
+    #[test]
+    fn mountinfo_by_device_number() {
+        assert_eq!(mounted(MOUNTINFO, "8:2").as_deref(), Some("/"));
+        assert_eq!(mounted(MOUNTINFO, "8:1"), None);
+        assert_eq!(mounted(MOUNTINFO, ""), None);
+    }
+
+    #[test]
+    fn holders_and_partitions_from_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let sys = dir.path().join("sys");
+        let disk = sys.join("block/sdz");
+        fs::create_dir_all(disk.join("holders")).unwrap();
+        fs::create_dir_all(disk.join("sdz1/holders/dm-0")).unwrap();
+        fs::write(disk.join("dev"), "8:240\n").unwrap();
+        fs::write(disk.join("sdz1/partition"), "1\n").unwrap();
+        fs::write(disk.join("sdz1/dev"), "8:241\n").unwrap();
+        let root = SysRoot::fixture(sys);
+        let target =
+            Target { path: dir.path().join("dev/sdz"), name: Some("sdz".into()), kind: TargetKind::Disk, selected_partition: None };
+        let err = check_unused(&root, &target).unwrap_err().to_string();
+        assert!(err.contains("sdz1 is held by dm-0"), "{err}");
+        fs::remove_dir(disk.join("sdz1/holders/dm-0")).unwrap();
+        check_unused(&root, &target).unwrap();
+    }
+
+    #[test]
+    fn images_attached_to_loop_devices_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("disk.img");
+        fs::write(&image, b"").unwrap();
+        let sys = dir.path().join("sys");
+        fs::create_dir_all(sys.join("block/loop7/loop")).unwrap();
+        let root = SysRoot::fixture(sys.clone());
+        let target = Target { path: image.clone(), name: None, kind: TargetKind::Image, selected_partition: None };
+        check_unused(&root, &target).unwrap();
+        fs::write(sys.join("block/loop7/loop/backing_file"), format!("{}\n", image.display())).unwrap();
+        let err = check_unused(&root, &target).unwrap_err().to_string();
+        assert!(err.contains("/dev/loop7"), "{err}");
+    }
+}
