@@ -26,13 +26,13 @@ pub struct Advice {
 
 const FS_BLOCK: u64 = 4096;
 
-/// Advice for a partition node `dev` on a disk with `io`.
-pub fn advise(dev: &str, io: &IoSizes) -> Vec<Advice> {
+/// Advice for a partition node `dev` on disk `disk` (its kernel name) with `io`.
+pub fn advise(dev: &str, disk: &str, io: &IoSizes) -> Vec<Advice> {
     let mut out = vec![ext4(dev, io), xfs(dev, io), lvm(dev, io), luks(dev, io), zfs(dev, io)];
     if io.usb {
         out.push(Advice {
             layer: "usb",
-            command: "echo 2048 > /sys/block/DISK/device/max_sectors".to_string(),
+            command: format!("echo 2048 > /sys/block/{disk}/device/max_sectors"),
             why: "USB bridges often cap requests far below 1 MiB; 2048 sectors (1 MiB) keeps large \
                   writes whole (a positive multiple of 8, not much above 2048)"
                 .to_string(),
@@ -115,7 +115,7 @@ mod tests {
 
     #[test]
     fn plain_512e_disk() {
-        let a = advise("/dev/sda1", &io(4096, Some(4096), None));
+        let a = advise("/dev/sda1", "sda", &io(4096, Some(4096), None));
         assert_eq!(command(&a, "ext4"), "mkfs.ext4 -b 4096 /dev/sda1");
         assert_eq!(command(&a, "xfs"), "mkfs.xfs -s size=4096 /dev/sda1");
         assert_eq!(command(&a, "lvm"), "pvcreate --dataalignment 1024k /dev/sda1");
@@ -126,18 +126,18 @@ mod tests {
 
     #[test]
     fn raid_geometry() {
-        let a = advise("/dev/md0p1", &io(4096, Some(65536), Some(4 * 65536)));
+        let a = advise("/dev/md0p1", "md0", &io(4096, Some(65536), Some(4 * 65536)));
         assert_eq!(command(&a, "ext4"), "mkfs.ext4 -b 4096 -E stride=16,stripe-width=64 /dev/md0p1");
         assert_eq!(command(&a, "xfs"), "mkfs.xfs -s size=4096 -d su=65536,sw=4 /dev/md0p1");
-        let odd = advise("/dev/md1", &io(4096, Some(65536), Some(3 * 65536)));
+        let odd = advise("/dev/md1", "md1", &io(4096, Some(65536), Some(3 * 65536)));
         assert_eq!(command(&odd, "lvm"), "pvcreate --dataalignment 192k /dev/md1");
     }
 
     #[test]
     fn big_sectors_and_usb() {
-        let a = advise("/dev/sdb1", &IoSizes { usb: true, ..io(8192, None, None) });
+        let a = advise("/dev/sdb1", "sdb", &IoSizes { usb: true, ..io(8192, None, None) });
         assert_eq!(command(&a, "zfs"), "zpool create -o ashift=13 POOL /dev/sdb1");
         assert_eq!(command(&a, "luks"), "cryptsetup luksFormat --sector-size 4096 /dev/sdb1");
-        assert!(command(&a, "usb").contains("max_sectors"));
+        assert_eq!(command(&a, "usb"), "echo 2048 > /sys/block/sdb/device/max_sectors");
     }
 }

@@ -1,8 +1,11 @@
 //! The command line: one file per subcommand, each a thin layer over the
 //! library.
 
+mod advise;
 mod audit;
 mod emulate;
+mod partition;
+mod plan;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -31,6 +34,12 @@ struct Cli {
 enum Command {
     /// Report the alignment of every partition on disks and disk images.
     Audit(audit::Args),
+    /// Print the aligned layout a partitioning request would get; writes nothing.
+    Plan(plan::Args),
+    /// Write an aligned partition table (prints the plan unless --yes).
+    Partition(partition::Args),
+    /// Print mkfs, LVM, LUKS and ZFS options that keep each partition's contents aligned.
+    Advise(advise::Args),
     /// Start, list and stop emulated Advanced Format drives.
     #[command(subcommand)]
     Emulate(emulate::Command),
@@ -46,6 +55,9 @@ pub fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Audit(args) => audit::run(args, cli.sysfs_root),
+        Command::Plan(args) => plan::run(args, cli.sysfs_root),
+        Command::Partition(args) => partition::run(args, cli.sysfs_root),
+        Command::Advise(args) => advise::run(args, cli.sysfs_root),
         Command::Emulate(cmd) => emulate::run(cmd),
     };
     match result {

@@ -1,0 +1,222 @@
+//! `blkalign plan`: print the aligned layout a request would get; writes
+//! nothing. `partition` shares its arguments and planning.
+
+use super::EXIT_OK;
+use anyhow::{bail, Context};
+use blkalign::align::Geometry;
+use blkalign::device::{self, Overrides, SysRoot, Target, TargetKind, Topology};
+use blkalign::plan::{self, Align, Disk, Label, Plan, Request};
+use serde::Serialize;
+use std::io::Read;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LabelArg {
+    Gpt,
+    Mbr,
+    Dos,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Whole disk (/dev/sdb) or disk-image file.
+    pub target: PathBuf,
+
+    /// Table type (default gpt, or the script's `label:`).
+    #[arg(long, value_enum)]
+    label: Option<LabelArg>,
+
+    /// A partition: SIZE (KiB, MiB, GiB, TiB, NNs sectors, N%, rest), TYPE
+    /// (linux, swap, efi, lvm, raid, ..., an MBR hex code or a GPT GUID), NAME.
+    #[arg(long = "part", value_name = "SIZE[:TYPE[:NAME]]")]
+    parts: Vec<String>,
+
+    /// Start grain: optimal (lcm of 1 MiB, optimal I/O and physical sector),
+    /// minimal (the physical sector) or a size such as 4MiB.
+    #[arg(long, default_value = "optimal", value_name = "optimal|minimal|SIZE")]
+    align: String,
+
+    /// Starts also on 224x56 cylinder boundaries, for old operating systems.
+    #[arg(long)]
+    cylinder_compatible: bool,
+
+    /// Read the label and partitions from an sfdisk-style script (- for stdin).
+    #[arg(long, value_name = "FILE|-", conflicts_with = "parts")]
+    script: Option<PathBuf>,
+
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Believe a reported physical sector below 4096 instead of assuming 4096.
+    #[arg(long)]
+    trust_kernel: bool,
+
+    /// Treat the target as having this logical sector size (bytes), e.g. for
+    /// an empty image of a 4Kn disk.
+    #[arg(long, value_name = "BYTES")]
+    logical_sector_size: Option<u64>,
+
+    /// Treat the target as having this physical sector size (bytes).
+    #[arg(long, value_name = "BYTES")]
+    physical_sector_size: Option<u64>,
+
+    /// Treat the target as having this alignment offset (bytes).
+    #[arg(long, value_name = "BYTES")]
+    alignment_offset: Option<u64>,
+}
+
+/// What `plan --json` prints.
+#[derive(Serialize)]
+pub struct Output<'a> {
+    pub target: &'a std::path::Path,
+    #[serde(flatten)]
+    pub plan: &'a Plan,
+}
+
+pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
+    let (target, plan) = make(&args, &root)?;
+    print(&target, &plan, args.json)?;
+    Ok(EXIT_OK)
+}
+
+/// Resolve the target, read its topology and plan the request.
+pub fn make(args: &Args, root: &SysRoot) -> anyhow::Result<(Target, Plan)> {
+    let (script_label, requests) = requests(args)?;
+    let label = match (args.label, script_label) {
+        (Some(LabelArg::Gpt), _) => Label::Gpt,
+        (Some(LabelArg::Mbr | LabelArg::Dos), _) => Label::Mbr,
+        (None, label) => label.unwrap_or(Label::Gpt),
+    };
+    let align = parse_align(&args.align)?;
+    let target = device::resolve(root, &args.target)?;
+    if let Some(n) = target.selected_partition {
+        bail!("{} is partition {n}; name the whole disk {}", args.target.display(), target.path.display());
+    }
+    let topology = topology(args, root, &target)?;
+    let disk = disk_of(&topology, args.trust_kernel);
+    let plan = plan::plan(&disk, label, align, args.cylinder_compatible, &requests)
+        .with_context(|| format!("cannot plan {}", target.path.display()))?;
+    Ok((target, plan))
+}
+
+fn requests(args: &Args) -> anyhow::Result<(Option<Label>, Vec<Request>)> {
+    let Some(script) = &args.script else {
+        let parts = args.parts.iter().map(|p| plan::parse_part(p).map_err(anyhow::Error::msg));
+        return Ok((None, parts.collect::<anyhow::Result<_>>()?));
+    };
+    let mut text = String::new();
+    if script.as_os_str() == "-" {
+        std::io::stdin().read_to_string(&mut text).context("reading the script from stdin")?;
+    } else {
+        text = std::fs::read_to_string(script).with_context(|| format!("reading {}", script.display()))?;
+    }
+    plan::parse_script(&text).map_err(anyhow::Error::msg)
+}
+
+fn parse_align(text: &str) -> anyhow::Result<Align> {
+    match text {
+        "optimal" => Ok(Align::Optimal),
+        "minimal" => Ok(Align::Minimal),
+        size => match plan::parse_size(size).map_err(anyhow::Error::msg)? {
+            plan::Size::Bytes(b) => Ok(Align::Bytes(b)),
+            _ => bail!("--align takes optimal, minimal or a size in bytes (e.g. 4MiB), not {size:?}"),
+        },
+    }
+}
+
+fn topology(args: &Args, root: &SysRoot, target: &Target) -> anyhow::Result<Topology> {
+    let overrides = Overrides {
+        logical_sector_size: args.logical_sector_size,
+        physical_sector_size: args.physical_sector_size,
+        alignment_offset: args.alignment_offset,
+    };
+    let file = device::open(target);
+    if target.kind == TargetKind::Disk {
+        file.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    Ok(device::topology(root, target, file.as_ref().ok(), &overrides)?)
+}
+
+/// The planner's view: the effective physical sector, as audit judges it.
+fn disk_of(t: &Topology, trust_kernel: bool) -> Disk {
+    let optimal_io = t.optimal_io_size.map(|s| s.value);
+    let g = Geometry::new(
+        t.logical_sector_size.value,
+        t.physical_sector_size.value,
+        t.alignment_offset.value,
+        optimal_io,
+        trust_kernel,
+    );
+    Disk {
+        size_bytes: t.size_bytes,
+        logical: g.logical,
+        physical: g.physical,
+        alignment_offset: g.alignment_offset,
+        optimal_io: g.optimal_io,
+    }
+}
+
+pub fn print(target: &Target, plan: &Plan, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(&Output { target: &target.path, plan })?);
+    } else {
+        print!("{}", human(target, plan));
+    }
+    Ok(())
+}
+
+fn human(target: &Target, plan: &Plan) -> String {
+    let ss = plan.sector_size;
+    let mut out = format!(
+        "{}: {} label, {}-byte sectors, {} sectors ({}), grain {}\n",
+        target.path.display(),
+        match plan.label {
+            Label::Gpt => "gpt",
+            Label::Mbr => "mbr",
+        },
+        ss,
+        plan.total_sectors,
+        size_text(plan.total_sectors * ss),
+        size_text(plan.grain_bytes),
+    );
+    out += &format!("{:>3} {:>12} {:>12} {:>12} {:>10}  {:<9} {:<38} {}\n", "#", "start", "end", "sectors", "size", "role", "type", "name");
+    for p in &plan.partitions {
+        out += &format!(
+            "{:>3} {:>12} {:>12} {:>12} {:>10}  {:<9} {:<38} {}\n",
+            p.number,
+            p.start,
+            p.start + p.size - 1,
+            p.size,
+            size_text(p.size * ss),
+            format!("{:?}", p.role).to_lowercase(),
+            type_text(&p.type_id),
+            p.name.as_deref().unwrap_or(""),
+        );
+    }
+    out
+}
+
+fn type_text(type_id: &str) -> String {
+    match blkalign::table::types::name_of(type_id) {
+        Some(name) => format!("{name} ({type_id})"),
+        None => type_id.to_string(),
+    }
+}
+
+/// Bytes in the largest binary unit that keeps one decimal.
+pub fn size_text(bytes: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < units.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 {
+        format!("{value:.0} {}", units[unit])
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
