@@ -33,9 +33,10 @@ pub fn advise(dev: &str, disk: &str, io: &IoSizes) -> Vec<Advice> {
         out.push(Advice {
             layer: "usb",
             command: format!("echo 2048 > /sys/block/{disk}/device/max_sectors"),
-            why: "USB bridges often cap requests far below 1 MiB; 2048 sectors (1 MiB) keeps large \
+            why:
+                "USB bridges often cap requests far below 1 MiB; 2048 sectors (1 MiB) keeps large \
                   writes whole (a positive multiple of 8, not much above 2048)"
-                .to_string(),
+                    .to_string(),
         });
     }
     out
@@ -66,7 +67,8 @@ fn ext4(dev: &str, io: &IoSizes) -> Advice {
 
 fn xfs(dev: &str, io: &IoSizes) -> Advice {
     let sector = io.physical.clamp(512, 32768);
-    let geometry = stripe(io).map_or(String::new(), |(chunk, width)| format!(" -d su={chunk},sw={}", width / chunk));
+    let geometry = stripe(io)
+        .map_or(String::new(), |(chunk, width)| format!(" -d su={chunk},sw={}", width / chunk));
     Advice {
         layer: "xfs",
         command: format!("mkfs.xfs -s size={sector}{geometry} {dev}"),
@@ -88,7 +90,9 @@ fn luks(dev: &str, io: &IoSizes) -> Advice {
     Advice {
         layer: "luks",
         command: format!("cryptsetup luksFormat --sector-size {sector} {dev}"),
-        why: format!("encrypt in {sector}-byte units so the mapped device presents whole physical sectors"),
+        why: format!(
+            "encrypt in {sector}-byte units so the mapped device presents whole physical sectors"
+        ),
     }
 }
 
@@ -97,7 +101,10 @@ fn zfs(dev: &str, io: &IoSizes) -> Advice {
     Advice {
         layer: "zfs",
         command: format!("zpool create -o ashift={ashift} POOL {dev}"),
-        why: format!("ZFS never changes ashift after creation; 2^{ashift} = the {}-byte physical sector", 1u64 << ashift),
+        why: format!(
+            "ZFS never changes ashift after creation; 2^{ashift} = the {}-byte physical sector",
+            1u64 << ashift
+        ),
     }
 }
 
@@ -127,7 +134,10 @@ mod tests {
     #[test]
     fn raid_geometry() {
         let a = advise("/dev/md0p1", "md0", &io(4096, Some(65536), Some(4 * 65536)));
-        assert_eq!(command(&a, "ext4"), "mkfs.ext4 -b 4096 -E stride=16,stripe-width=64 /dev/md0p1");
+        assert_eq!(
+            command(&a, "ext4"),
+            "mkfs.ext4 -b 4096 -E stride=16,stripe-width=64 /dev/md0p1"
+        );
         assert_eq!(command(&a, "xfs"), "mkfs.xfs -s size=4096 -d su=65536,sw=4 /dev/md0p1");
         let odd = advise("/dev/md1", "md1", &io(4096, Some(65536), Some(3 * 65536)));
         assert_eq!(command(&odd, "lvm"), "pvcreate --dataalignment 192k /dev/md1");

@@ -168,7 +168,8 @@ pub fn plan(
         if disk.logical != 512 {
             return Err(PlanError::Cylinder);
         }
-        grain_bytes = lcm(grain_bytes, CYLINDER_SECTORS * 512).ok_or(PlanError::Grain(grain_bytes, 512))?;
+        grain_bytes =
+            lcm(grain_bytes, CYLINDER_SECTORS * 512).ok_or(PlanError::Grain(grain_bytes, 512))?;
     }
     let total = disk.size_bytes / disk.logical;
     let (first_usable, last_usable) = usable(label, total, disk.logical)?;
@@ -271,14 +272,18 @@ impl Layouter<'_> {
             ebr = self.cursor;
         }
         let ext = Request { min_start: None, size: Size::Rest, type_id: "0x05".into(), name: None };
-        out.insert(ext_index, planned(4, ext_start, self.cursor - ext_start, Role::Extended, &ext, None));
+        out.insert(
+            ext_index,
+            planned(4, ext_start, self.cursor - ext_start, Role::Extended, &ext, None),
+        );
         Ok(())
     }
 
     /// The first grain boundary at or after `lba`.
     fn next_start(&self, lba: u64) -> u64 {
         let bytes = lba.saturating_mul(self.disk.logical);
-        align_up(bytes, self.grain, self.disk.alignment_offset).map_or(u64::MAX, |b| b.div_ceil(self.disk.logical))
+        align_up(bytes, self.grain, self.disk.alignment_offset)
+            .map_or(u64::MAX, |b| b.div_ceil(self.disk.logical))
     }
 
     /// One past the last grain boundary within the usable area: `rest` ends
@@ -298,7 +303,8 @@ impl Layouter<'_> {
             Size::Sectors(n) => n,
             Size::Percent(p) if (1..=100).contains(&p) => {
                 let bytes = u128::from(self.total) * u128::from(logical) * u128::from(p) / 100;
-                let rounded = align_down(u64::try_from(bytes).unwrap_or(u64::MAX), self.grain, 0).unwrap_or(0);
+                let rounded = align_down(u64::try_from(bytes).unwrap_or(u64::MAX), self.grain, 0)
+                    .unwrap_or(0);
                 rounded / logical
             }
             Size::Percent(p) => return Err(PlanError::Percent(p)),
@@ -316,7 +322,10 @@ fn resolve(label: Label, r: &Request) -> Result<Request, PlanError> {
             return Err(PlanError::Name(name.clone(), "only GPT partitions have names"));
         }
         if name.encode_utf16().count() > 36 {
-            return Err(PlanError::Name(name.clone(), "longer than the 36 UTF-16 units a GPT entry holds"));
+            return Err(PlanError::Name(
+                name.clone(),
+                "longer than the 36 UTF-16 units a GPT entry holds",
+            ));
         }
     }
     let type_id = resolve_type(label, &r.type_id)?;
@@ -369,7 +378,14 @@ fn is_guid(text: &str) -> bool {
     shape && hex && text.chars().any(|c| c.is_ascii_hexdigit() && c != '0')
 }
 
-fn planned(number: u32, start: u64, size: u64, role: Role, r: &Request, ebr: Option<u64>) -> Planned {
+fn planned(
+    number: u32,
+    start: u64,
+    size: u64,
+    role: Role,
+    r: &Request,
+    ebr: Option<u64>,
+) -> Planned {
     Planned { number, start, size, role, type_id: r.type_id.clone(), name: r.name.clone(), ebr }
 }
 
@@ -393,7 +409,11 @@ pub fn parse_size(text: &str) -> Result<Size, String> {
         "g" | "gib" | "gb" => 30,
         "t" | "tib" | "tb" => 40,
         "s" => return Ok(Size::Sectors(n)),
-        other => return Err(format!("unknown unit {other:?} in {text:?} (use KiB, MiB, GiB, TiB, %, rest)")),
+        other => {
+            return Err(format!(
+                "unknown unit {other:?} in {text:?} (use KiB, MiB, GiB, TiB, %, rest)"
+            ))
+        }
     };
     n.checked_mul(1 << shift).map(Size::Bytes).ok_or(format!("size {text:?} overflows"))
 }
@@ -453,17 +473,22 @@ fn script_part(line: &str) -> Result<Option<Request>, String> {
     let fields = line.split_once(" : ").map_or(line, |(_, f)| f);
     let mut r = Request { min_start: None, size: Size::Rest, type_id: "linux".into(), name: None };
     for field in split_fields(fields) {
-        let Some((key, value)) = field.split_once('=') else { continue };
+        let Some((key, value)) = field.split_once('=') else {
+            continue;
+        };
         let value = value.trim().trim_matches('"');
         match key.trim() {
-            "start" => r.min_start = Some(value.parse().map_err(|_| format!("bad start {value:?}"))?),
+            "start" => {
+                r.min_start = Some(value.parse().map_err(|_| format!("bad start {value:?}"))?)
+            }
             "size" => r.size = script_size(value)?,
             "type" | "Id" => r.type_id = script_type(value).to_string(),
             "name" => r.name = Some(value.to_string()),
             _ => {}
         }
     }
-    let extended = ["5", "05", "f", "0f", "85", "extended"].contains(&r.type_id.to_ascii_lowercase().as_str());
+    let extended =
+        ["5", "05", "f", "0f", "85", "extended"].contains(&r.type_id.to_ascii_lowercase().as_str());
     Ok((!extended).then_some(r))
 }
 
@@ -526,25 +551,42 @@ mod tests {
 
     #[test]
     fn gpt_first_partition_at_1mib() {
-        let p = plan(&disk(1 << 30, 512), Label::Gpt, Align::Optimal, false, &[req(Size::Bytes(MIB)), req(Size::Rest)]).unwrap();
+        let p = plan(
+            &disk(1 << 30, 512),
+            Label::Gpt,
+            Align::Optimal,
+            false,
+            &[req(Size::Bytes(MIB)), req(Size::Rest)],
+        )
+        .unwrap();
         assert_eq!((p.first_usable_lba, p.last_usable_lba), (34, (1 << 21) - 34));
         assert_eq!((p.partitions[0].start, p.partitions[0].size), (2048, 2048));
         assert_eq!(p.partitions[1].start, 4096);
-        assert_eq!(p.partitions[1].start + p.partitions[1].size, (1 << 21) - 2048, "rest ends on the grain");
+        assert_eq!(
+            p.partitions[1].start + p.partitions[1].size,
+            (1 << 21) - 2048,
+            "rest ends on the grain"
+        );
     }
 
     #[test]
     fn gpt_on_4kn_and_minimal() {
-        let p = plan(&disk(1 << 30, 4096), Label::Gpt, Align::Minimal, false, &[req(Size::Bytes(MIB))]).unwrap();
+        let p =
+            plan(&disk(1 << 30, 4096), Label::Gpt, Align::Minimal, false, &[req(Size::Bytes(MIB))])
+                .unwrap();
         assert_eq!((p.first_usable_lba, p.partitions[0].start), (6, 6));
-        let p = plan(&disk(1 << 30, 512), Label::Gpt, Align::Minimal, false, &[req(Size::Bytes(MIB))]).unwrap();
+        let p =
+            plan(&disk(1 << 30, 512), Label::Gpt, Align::Minimal, false, &[req(Size::Bytes(MIB))])
+                .unwrap();
         assert_eq!(p.partitions[0].start, 40);
     }
 
     #[test]
     fn alignment_offset_is_honoured() {
         let d = Disk { alignment_offset: 3584, ..disk(1 << 30, 512) };
-        let p = plan(&d, Label::Mbr, Align::Minimal, false, &[req(Size::Bytes(MIB)), req(Size::Rest)]).unwrap();
+        let p =
+            plan(&d, Label::Mbr, Align::Minimal, false, &[req(Size::Bytes(MIB)), req(Size::Rest)])
+                .unwrap();
         assert_eq!(p.partitions[0].start, 15, "LBA 7 + 8k, past the first grain");
         assert!(p.partitions.iter().all(|x| is_aligned(x.start * 512, 4096, 3584)));
     }
@@ -569,18 +611,31 @@ mod tests {
     #[test]
     fn mbr_limits() {
         let big = disk(3 << 40, 512);
-        assert!(matches!(plan(&big, Label::Mbr, Align::Optimal, false, &[req(Size::Rest)]), Err(PlanError::MbrTooLarge(..))));
-        let fits = plan(&disk(3 << 40, 4096), Label::Mbr, Align::Optimal, false, &[req(Size::Rest)]);
+        assert!(matches!(
+            plan(&big, Label::Mbr, Align::Optimal, false, &[req(Size::Rest)]),
+            Err(PlanError::MbrTooLarge(..))
+        ));
+        let fits =
+            plan(&disk(3 << 40, 4096), Label::Mbr, Align::Optimal, false, &[req(Size::Rest)]);
         assert!(fits.is_ok(), "4096-byte sectors address 16 TiB: {fits:?}");
     }
 
     #[test]
     fn no_room_and_bad_requests() {
         let d = disk(64 * MIB, 512);
-        assert!(matches!(plan(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Bytes(64 * MIB))]), Err(PlanError::NoRoom(1, ..))));
+        assert!(matches!(
+            plan(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Bytes(64 * MIB))]),
+            Err(PlanError::NoRoom(1, ..))
+        ));
         assert_eq!(plan(&d, Label::Gpt, Align::Optimal, false, &[]), Err(PlanError::Empty));
-        assert_eq!(plan(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Rest), req(Size::Bytes(1))]), Err(PlanError::RestNotLast));
-        assert_eq!(plan(&d, Label::Gpt, Align::Bytes(1000), false, &[req(Size::Rest)]), Err(PlanError::Grain(1000, 512)));
+        assert_eq!(
+            plan(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Rest), req(Size::Bytes(1))]),
+            Err(PlanError::RestNotLast)
+        );
+        assert_eq!(
+            plan(&d, Label::Gpt, Align::Bytes(1000), false, &[req(Size::Rest)]),
+            Err(PlanError::Grain(1000, 512))
+        );
     }
 
     #[test]
@@ -592,7 +647,14 @@ mod tests {
 
     #[test]
     fn cylinder_compatible_mbr() {
-        let p = plan(&disk(1 << 30, 512), Label::Mbr, Align::Minimal, true, &[req(Size::Bytes(MIB)), req(Size::Bytes(MIB))]).unwrap();
+        let p = plan(
+            &disk(1 << 30, 512),
+            Label::Mbr,
+            Align::Minimal,
+            true,
+            &[req(Size::Bytes(MIB)), req(Size::Bytes(MIB))],
+        )
+        .unwrap();
         assert_eq!(p.partitions[0].start, 56);
         assert_eq!(p.partitions[1].start, CYLINDER_SECTORS);
         assert!(p.partitions.iter().all(|x| x.start % 8 == 0));
@@ -611,10 +673,19 @@ mod tests {
         assert_eq!(resolve_type(Label::Mbr, "linux").unwrap(), "0x83");
         assert_eq!(resolve_type(Label::Mbr, "8E").unwrap(), "0x8e");
         assert_eq!(resolve_type(Label::Mbr, "0x07").unwrap(), "0x07");
-        assert_eq!(resolve_type(Label::Gpt, "EFI").unwrap(), "C12A7328-F81F-11D2-BA4B-00A0C93EC93B");
+        assert_eq!(
+            resolve_type(Label::Gpt, "EFI").unwrap(),
+            "C12A7328-F81F-11D2-BA4B-00A0C93EC93B"
+        );
         let guid = "0fc63daf-8483-4772-8e79-3d69d8477de4";
         assert_eq!(resolve_type(Label::Gpt, guid).unwrap(), guid.to_ascii_uppercase());
-        for (label, bad) in [(Label::Mbr, "bios-boot"), (Label::Mbr, "0"), (Label::Mbr, "183"), (Label::Gpt, "83"), (Label::Gpt, "00000000-0000-0000-0000-000000000000")] {
+        for (label, bad) in [
+            (Label::Mbr, "bios-boot"),
+            (Label::Mbr, "0"),
+            (Label::Mbr, "183"),
+            (Label::Gpt, "83"),
+            (Label::Gpt, "00000000-0000-0000-0000-000000000000"),
+        ] {
             assert!(matches!(resolve_type(label, bad), Err(PlanError::Type(..))), "{bad}");
         }
     }
@@ -623,8 +694,14 @@ mod tests {
     fn names_only_on_gpt_and_short() {
         let named = |n: &str| Request { name: Some(n.into()), ..req(Size::Rest) };
         let d = disk(64 * MIB, 512);
-        assert!(matches!(plan(&d, Label::Mbr, Align::Optimal, false, &[named("a")]), Err(PlanError::Name(..))));
-        assert!(matches!(plan(&d, Label::Gpt, Align::Optimal, false, &[named(&"x".repeat(37))]), Err(PlanError::Name(..))));
+        assert!(matches!(
+            plan(&d, Label::Mbr, Align::Optimal, false, &[named("a")]),
+            Err(PlanError::Name(..))
+        ));
+        assert!(matches!(
+            plan(&d, Label::Gpt, Align::Optimal, false, &[named(&"x".repeat(37))]),
+            Err(PlanError::Name(..))
+        ));
         let p = plan(&d, Label::Gpt, Align::Optimal, false, &[named("root")]).unwrap();
         assert_eq!(p.partitions[0].name.as_deref(), Some("root"));
         assert_eq!(p.partitions[0].type_id, "0FC63DAF-8483-4772-8E79-3D69D8477DE4");
@@ -647,7 +724,10 @@ mod tests {
     #[test]
     fn parts_parse() {
         let r = parse_part("512MiB:efi:EFI system").unwrap();
-        assert_eq!((r.size, r.type_id.as_str(), r.name.as_deref()), (Size::Bytes(512 * MIB), "efi", Some("EFI system")));
+        assert_eq!(
+            (r.size, r.type_id.as_str(), r.name.as_deref()),
+            (Size::Bytes(512 * MIB), "efi", Some("EFI system"))
+        );
         let r = parse_part("rest").unwrap();
         assert_eq!((r.size, r.type_id.as_str(), r.name), (Size::Rest, "linux", None));
         assert!(parse_part("lots:linux").is_err());
@@ -655,7 +735,8 @@ mod tests {
 
     #[test]
     fn scripts_parse() {
-        let script = "label: dos\nunit: sectors\n\n/dev/sda1 : start=2048, size=204800, type=83, bootable\n\
+        let script =
+            "label: dos\nunit: sectors\n\n/dev/sda1 : start=2048, size=204800, type=83, bootable\n\
             start=206848 size=1GiB type=S\ntype=5\nsize=+, type=8e\n";
         let (label, reqs) = parse_script(script).unwrap();
         assert_eq!(label, Some(Label::Mbr));
@@ -668,7 +749,8 @@ mod tests {
                 (None, Size::Rest, "8e"),
             ]
         );
-        let (label, reqs) = parse_script("label: gpt\nsize=1MiB, type=U, name=\"EFI system\"\n").unwrap();
+        let (label, reqs) =
+            parse_script("label: gpt\nsize=1MiB, type=U, name=\"EFI system\"\n").unwrap();
         assert_eq!(label, Some(Label::Gpt));
         assert_eq!(reqs[0].name.as_deref(), Some("EFI system"));
         assert!(parse_script("label: sun\n").unwrap_err().contains("line 1"));

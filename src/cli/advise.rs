@@ -63,7 +63,8 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
             PartitionAdvice { number: p.number, advice: advise::advise(&node, &disk, &io), node }
         })
         .collect();
-    let text = if args.json { serde_json::to_string_pretty(&advice)? + "\n" } else { text(&advice) };
+    let text =
+        if args.json { serde_json::to_string_pretty(&advice)? + "\n" } else { text(&advice) };
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(EXIT_OK)
 }
@@ -95,7 +96,9 @@ fn node(target: &Target, number: u32) -> String {
 
 /// The disk's sysfs device path runs through a USB host.
 fn behind_usb(root: &SysRoot, target: &Target) -> bool {
-    let Some(name) = &target.name else { return false };
+    let Some(name) = &target.name else {
+        return false;
+    };
     std::fs::canonicalize(root.sys.join("block").join(name))
         .is_ok_and(|p| p.components().any(|c| c.as_os_str().to_string_lossy().starts_with("usb")))
 }

@@ -3,7 +3,7 @@
 
 use super::{plan as planning, EXIT_OK};
 use anyhow::{bail, Context};
-use blkalign::device::exclusive::{self, KernelPart, Reread};
+use blkalign::device::exclusive::{self, KernelPart};
 use blkalign::device::{self, SysRoot, Target, TargetKind};
 use blkalign::plan::{Plan, Role};
 use blkalign::table::write::{self, Chunk, Ids};
@@ -46,7 +46,8 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     exclusive::check_unused(&root, &target)?;
     let file = exclusive::open_for_writing(&target)?;
     let chunks = write::encode(&plan, &Ids::random(plan.partitions.len())?)?;
-    let old = read_regions(&file, &chunks).with_context(|| format!("reading {}", target.path.display()))?;
+    let old = read_regions(&file, &chunks)
+        .with_context(|| format!("reading {}", target.path.display()))?;
     if !args.wipe && old.iter().any(|bytes| bytes.iter().any(|&b| b != 0)) {
         bail!(
             "{} already holds data where the table goes ({}); pass --wipe to replace it \
@@ -56,7 +57,11 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         );
     }
     let backup = save_backup(args.backup.as_deref(), &target, &plan, &chunks, &old)?;
-    eprintln!("saved the sectors to be overwritten to {} (restore: see {}.json)", backup.display(), backup.display());
+    eprintln!(
+        "saved the sectors to be overwritten to {} (restore: see {}.json)",
+        backup.display(),
+        backup.display()
+    );
     write_chunks(&file, &chunks).with_context(|| format!("writing {}", target.path.display()))?;
     if target.kind == TargetKind::Disk {
         tell_kernel(&root, &target, &file, &plan);
@@ -132,7 +137,9 @@ fn save_backup(
         Some(path) => (path.to_path_buf(), create_new(path)?),
         None => (0..100)
             .map(|n| default_backup(target, n))
-            .find_map(|p| File::options().write(true).create_new(true).open(&p).ok().map(|f| (p, f)))
+            .find_map(|p| {
+                File::options().write(true).create_new(true).open(&p).ok().map(|f| (p, f))
+            })
             .context("cannot create a backup file in the current directory")?,
     };
     let ss = plan.sector_size;
@@ -155,7 +162,12 @@ fn save_backup(
         });
         data.extend_from_slice(bytes);
     }
-    let sidecar = Sidecar { target: &target.path, sector_size: ss, size_bytes: plan.total_sectors * ss, regions };
+    let sidecar = Sidecar {
+        target: &target.path,
+        sector_size: ss,
+        size_bytes: plan.total_sectors * ss,
+        regions,
+    };
     let mut sidecar_path = path.as_os_str().to_owned();
     sidecar_path.push(".json");
     let mut json = create_new(Path::new(&sidecar_path))?;
@@ -184,25 +196,39 @@ fn write_chunks(file: &File, chunks: &[Chunk]) -> std::io::Result<()> {
 /// Make the kernel see the new partitions; only warn if it cannot, since
 /// the table on the disk is already right.
 fn tell_kernel(root: &SysRoot, target: &Target, file: &File, plan: &Plan) {
-    let old: Vec<u32> = target.name.as_deref().map_or_else(Vec::new, |name| {
-        device::kernel_partitions(root, name).iter().map(|k| k.number).collect()
-    });
-    let ss = plan.sector_size;
-    let new: Vec<KernelPart> = plan
-        .partitions
-        .iter()
-        .map(|p| KernelPart {
-            number: p.number,
-            start: p.start * ss,
-            // The kernel shows an extended partition as its first sectors.
-            length: if p.role == Role::Extended { ss.max(1024) } else { p.size * ss },
-        })
-        .collect();
-    match exclusive::reread(file, &target.path, &old, &new) {
-        Ok(Reread::Rescanned) => {}
-        Ok(Reread::PerPartition) => eprintln!("the disk was busy; partitions updated one by one (BLKPG)"),
-        Err(e) => eprintln!("warning: the kernel did not re-read the table ({e}); run `partprobe {}` or reboot", target.path.display()),
+    let Some(name) = target.name.as_deref() else {
+        return;
+    };
+    let numbers =
+        || -> Vec<u32> { device::kernel_partitions(root, name).iter().map(|k| k.number).collect() };
+    let wanted: Vec<u32> = plan.partitions.iter().map(|p| p.number).collect();
+    let result = match exclusive::rescan(file, &target.path) {
+        Ok(true) if numbers() == wanted => Ok(()),
+        Ok(_) => {
+            eprintln!(
+                "the kernel did not take the whole table; adding the partitions one by one (BLKPG)"
+            );
+            exclusive::update_partitions(file, &target.path, &numbers(), &kernel_parts(plan))
+        }
+        Err(e) => Err(e),
+    };
+    if let Err(e) = result {
+        eprintln!(
+            "warning: the kernel did not re-read the table ({e}); run `partprobe {}` or reboot",
+            target.path.display()
+        );
     }
+}
+
+fn kernel_parts(plan: &Plan) -> Vec<KernelPart> {
+    let ss = plan.sector_size;
+    let part = |p: &blkalign::plan::Planned| KernelPart {
+        number: p.number,
+        start: p.start * ss,
+        // The kernel shows an extended partition as its first 1 KiB or sector.
+        length: if p.role == Role::Extended { ss.max(1024) } else { p.size * ss },
+    };
+    plan.partitions.iter().map(part).collect()
 }
 
 fn label_text(plan: &Plan) -> &'static str {

@@ -92,7 +92,11 @@ pub fn make(args: &Args, root: &SysRoot) -> anyhow::Result<(Target, Plan)> {
     let align = parse_align(&args.align)?;
     let target = device::resolve(root, &args.target)?;
     if let Some(n) = target.selected_partition {
-        bail!("{} is partition {n}; name the whole disk {}", args.target.display(), target.path.display());
+        bail!(
+            "{} is partition {n}; name the whole disk {}",
+            args.target.display(),
+            target.path.display()
+        );
     }
     let topology = topology(args, root, &target)?;
     let disk = disk_of(&topology, args.trust_kernel);
@@ -110,7 +114,8 @@ fn requests(args: &Args) -> anyhow::Result<(Option<Label>, Vec<Request>)> {
     if script.as_os_str() == "-" {
         std::io::stdin().read_to_string(&mut text).context("reading the script from stdin")?;
     } else {
-        text = std::fs::read_to_string(script).with_context(|| format!("reading {}", script.display()))?;
+        text = std::fs::read_to_string(script)
+            .with_context(|| format!("reading {}", script.display()))?;
     }
     plan::parse_script(&text).map_err(anyhow::Error::msg)
 }
@@ -121,7 +126,9 @@ fn parse_align(text: &str) -> anyhow::Result<Align> {
         "minimal" => Ok(Align::Minimal),
         size => match plan::parse_size(size).map_err(anyhow::Error::msg)? {
             plan::Size::Bytes(b) => Ok(Align::Bytes(b)),
-            _ => bail!("--align takes optimal, minimal or a size in bytes (e.g. 4MiB), not {size:?}"),
+            _ => {
+                bail!("--align takes optimal, minimal or a size in bytes (e.g. 4MiB), not {size:?}")
+            }
         },
     }
 }
@@ -181,7 +188,10 @@ fn human(target: &Target, plan: &Plan) -> String {
         size_text(plan.total_sectors * ss),
         size_text(plan.grain_bytes),
     );
-    out += &format!("{:>3} {:>12} {:>12} {:>12} {:>10}  {:<9} {:<38} {}\n", "#", "start", "end", "sectors", "size", "role", "type", "name");
+    out += &format!(
+        "{:>3} {:>12} {:>12} {:>12} {:>10}  {:<9} {:<38} {}\n",
+        "#", "start", "end", "sectors", "size", "role", "type", "name"
+    );
     for p in &plan.partitions {
         out += &format!(
             "{:>3} {:>12} {:>12} {:>12} {:>10}  {:<9} {:<38} {}\n",

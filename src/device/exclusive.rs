@@ -34,7 +34,9 @@ pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveErro
     let busy = |why: String| Err(ExclusiveError::InUse(target.path.clone(), why));
     let Some(name) = target.name.as_deref().filter(|_| target.kind == TargetKind::Disk) else {
         return match loop_backed_by(root, &target.path) {
-            Some(dev) => busy(format!("attached to /dev/{dev}; partition that device or detach it")),
+            Some(dev) => {
+                busy(format!("attached to /dev/{dev}; partition that device or detach it"))
+            }
             None => Ok(()),
         };
     };
@@ -48,7 +50,10 @@ pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveErro
             return busy(format!("{} is held by {holder} (LVM, MD RAID or dm-crypt)", node.name));
         }
         if claimed(&root.dev.join(&node.name)) {
-            return busy(format!("{} is open exclusively (swap, a file system or another tool)", node.name));
+            return busy(format!(
+                "{} is open exclusively (swap, a file system or another tool)",
+                node.name
+            ));
         }
     }
     Ok(())
@@ -77,7 +82,8 @@ fn nodes(root: &SysRoot, name: &str) -> Vec<Node> {
 fn mounted(mountinfo: &str, dev: &str) -> Option<String> {
     mountinfo.lines().find_map(|line| {
         let fields: Vec<&str> = line.split(' ').collect();
-        (fields.get(2) == Some(&dev) && !dev.is_empty()).then(|| fields.get(4).unwrap_or(&"?").to_string())
+        (fields.get(2) == Some(&dev) && !dev.is_empty())
+            .then(|| fields.get(4).unwrap_or(&"?").to_string())
     })
 }
 
@@ -99,7 +105,8 @@ fn loop_backed_by(root: &SysRoot, image: &Path) -> Option<String> {
     let block = fs::read_dir(root.sys.join("block")).ok()?;
     block.flatten().find_map(|entry| {
         let backing = read_text(&entry.path().join("loop/backing_file"))?;
-        (Path::new(backing.trim()) == image).then(|| entry.file_name().to_string_lossy().into_owned())
+        (Path::new(backing.trim()) == image)
+            .then(|| entry.file_name().to_string_lossy().into_owned())
     })
 }
 
@@ -112,18 +119,11 @@ pub fn open_for_writing(target: &Target) -> Result<File, ExclusiveError> {
     }
     match rustix::fs::open(&target.path, flags, Mode::empty()) {
         Ok(fd) => Ok(File::from(fd)),
-        Err(Errno::BUSY) => Err(ExclusiveError::InUse(target.path.clone(), "open exclusively elsewhere".into())),
+        Err(Errno::BUSY) => {
+            Err(ExclusiveError::InUse(target.path.clone(), "open exclusively elsewhere".into()))
+        }
         Err(e) => Err(io_error(&target.path, e)),
     }
-}
-
-/// How the kernel learned the new table.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Reread {
-    /// BLKRRPART rescanned the whole table.
-    Rescanned,
-    /// BLKPG deleted and added partitions one by one.
-    PerPartition,
 }
 
 /// A partition for the kernel, in bytes.
@@ -134,28 +134,39 @@ pub struct KernelPart {
     pub length: u64,
 }
 
-/// Make the kernel use the new table: BLKRRPART, retried while udev's probe
-/// holds a partition open, then BLKPG per partition. `old` are the numbers
-/// the kernel had before.
-pub fn reread(file: &File, path: &Path, old: &[u32], new: &[KernelPart]) -> Result<Reread, ExclusiveError> {
+/// Ask the kernel to rescan the table (BLKRRPART), retrying while udev's
+/// probe holds a partition open. False when it stayed busy.
+pub fn rescan(file: &File, path: &Path) -> Result<bool, ExclusiveError> {
     const BLKRRPART: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 95);
     for _ in 0..5 {
         // SAFETY: BLKRRPART takes no argument.
         let done = unsafe { rustix::ioctl::ioctl(file, rustix::ioctl::NoArg::<BLKRRPART>::new()) };
         match done {
-            Ok(()) => return Ok(Reread::Rescanned),
+            Ok(()) => return Ok(true),
             Err(Errno::BUSY) => std::thread::sleep(std::time::Duration::from_millis(200)),
             Err(e) => return Err(io_error(path, e)),
         }
     }
+    Ok(false)
+}
+
+/// Tell the kernel partition by partition (BLKPG, as partx does): for a
+/// busy disk, or a kernel without a parser for the table. `old` are the
+/// numbers the kernel has now.
+pub fn update_partitions(
+    file: &File,
+    path: &Path,
+    old: &[u32],
+    new: &[KernelPart],
+) -> Result<(), ExclusiveError> {
     for &number in old {
-        // A partition already gone is fine; a busy one shows when adding.
+        // One already gone is fine; a busy one shows when adding.
         let _ = blkpg(file, BLKPG_DEL, KernelPart { number, start: 0, length: 0 });
     }
     for &part in new {
         blkpg(file, BLKPG_ADD, part).map_err(|e| io_error(path, e))?;
     }
-    Ok(Reread::PerPartition)
+    Ok(())
 }
 
 const BLKPG_ADD: i32 = 1;
@@ -184,9 +195,19 @@ fn blkpg(file: &File, op: i32, part: KernelPart) -> rustix::io::Result<()> {
     const BLKPG: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 105);
     let range = |v: u64| i64::try_from(v).map_err(|_| Errno::INVAL);
     let pno = i32::try_from(part.number).map_err(|_| Errno::INVAL)?;
-    let mut data =
-        BlkpgPartition { start: range(part.start)?, length: range(part.length)?, pno, devname: [0; 64], volname: [0; 64] };
-    let arg = BlkpgArg { op, flags: 0, datalen: std::mem::size_of::<BlkpgPartition>() as i32, data: &mut data };
+    let mut data = BlkpgPartition {
+        start: range(part.start)?,
+        length: range(part.length)?,
+        pno,
+        devname: [0; 64],
+        volname: [0; 64],
+    };
+    let arg = BlkpgArg {
+        op,
+        flags: 0,
+        datalen: std::mem::size_of::<BlkpgPartition>() as i32,
+        data: &mut data,
+    };
     // SAFETY: BLKPG takes a pointer to blkpg_ioctl_arg, whose data points
     // at a blkpg_partition that outlives the call.
     unsafe { rustix::ioctl::ioctl(file, rustix::ioctl::Setter::<BLKPG, BlkpgArg>::new(arg)) }
@@ -217,8 +238,12 @@ mod tests {
         fs::write(disk.join("sdz1/partition"), "1\n").unwrap();
         fs::write(disk.join("sdz1/dev"), "8:241\n").unwrap();
         let root = SysRoot::fixture(sys);
-        let target =
-            Target { path: dir.path().join("dev/sdz"), name: Some("sdz".into()), kind: TargetKind::Disk, selected_partition: None };
+        let target = Target {
+            path: dir.path().join("dev/sdz"),
+            name: Some("sdz".into()),
+            kind: TargetKind::Disk,
+            selected_partition: None,
+        };
         let err = check_unused(&root, &target).unwrap_err().to_string();
         assert!(err.contains("sdz1 is held by dm-0"), "{err}");
         fs::remove_dir(disk.join("sdz1/holders/dm-0")).unwrap();
@@ -233,9 +258,15 @@ mod tests {
         let sys = dir.path().join("sys");
         fs::create_dir_all(sys.join("block/loop7/loop")).unwrap();
         let root = SysRoot::fixture(sys.clone());
-        let target = Target { path: image.clone(), name: None, kind: TargetKind::Image, selected_partition: None };
+        let target = Target {
+            path: image.clone(),
+            name: None,
+            kind: TargetKind::Image,
+            selected_partition: None,
+        };
         check_unused(&root, &target).unwrap();
-        fs::write(sys.join("block/loop7/loop/backing_file"), format!("{}\n", image.display())).unwrap();
+        fs::write(sys.join("block/loop7/loop/backing_file"), format!("{}\n", image.display()))
+            .unwrap();
         let err = check_unused(&root, &target).unwrap_err().to_string();
         assert!(err.contains("/dev/loop7"), "{err}");
     }

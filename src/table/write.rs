@@ -33,7 +33,8 @@ impl Ids {
         };
         let disk_guid = guid()?;
         let partition_guids = (0..count).map(|_| guid()).collect::<Result<_, _>>()?;
-        let signature = u32::from_le_bytes([disk_guid[0], disk_guid[1], disk_guid[2], disk_guid[3]]);
+        let signature =
+            u32::from_le_bytes([disk_guid[0], disk_guid[1], disk_guid[2], disk_guid[3]]);
         Ok(Ids { disk_guid, partition_guids, mbr_signature: signature.max(1) })
     }
 }
@@ -131,8 +132,13 @@ fn entry_array(parts: &[&Planned], ids: &Ids) -> Result<Vec<u8>, WriteError> {
         put(&mut array, e + 16, guid);
         put(&mut array, e + 32, &p.start.to_le_bytes());
         put(&mut array, e + 40, &(p.start + p.size - 1).to_le_bytes());
-        let name: Vec<u8> =
-            p.name.iter().flat_map(|n| n.encode_utf16()).take(36).flat_map(u16::to_le_bytes).collect();
+        let name: Vec<u8> = p
+            .name
+            .iter()
+            .flat_map(|n| n.encode_utf16())
+            .take(36)
+            .flat_map(u16::to_le_bytes)
+            .collect();
         put(&mut array, e + 56, &name);
     }
     Ok(array)
@@ -224,17 +230,26 @@ fn ebrs(plan: &Plan) -> Result<Vec<Chunk>, WriteError> {
     let Some(ext) = plan.partitions.iter().find(|p| p.role == Role::Extended) else {
         return Ok(Vec::new());
     };
-    let logicals: Vec<&Planned> = plan.partitions.iter().filter(|p| p.role == Role::Logical).collect();
+    let logicals: Vec<&Planned> =
+        plan.partitions.iter().filter(|p| p.role == Role::Logical).collect();
     let mut out = Vec::new();
     for (i, p) in logicals.iter().enumerate() {
         let ebr = p.ebr.ok_or(WriteError::MbrRange(p.number))?;
-        let kind = mbr_code(&p.type_id).ok_or_else(|| WriteError::Type(p.number, p.type_id.clone()))?;
+        let kind =
+            mbr_code(&p.type_id).ok_or_else(|| WriteError::Type(p.number, p.type_id.clone()))?;
         let mut sector = boot_sector(plan.sector_size);
         mbr_entry(&mut sector, 0, kind, u32_of(p, p.start - ebr)?, u32_of(p, p.size)?, p.start);
         if let Some(next) = logicals.get(i + 1) {
             let next_ebr = next.ebr.ok_or(WriteError::MbrRange(next.number))?;
             let span = next.start + next.size - next_ebr;
-            mbr_entry(&mut sector, 1, 0x05, u32_of(next, next_ebr - ext.start)?, u32_of(next, span)?, next_ebr);
+            mbr_entry(
+                &mut sector,
+                1,
+                0x05,
+                u32_of(next, next_ebr - ext.start)?,
+                u32_of(next, span)?,
+                next_ebr,
+            );
         }
         out.push(chunk(ebr * plan.sector_size, sector, "ebr"));
     }
@@ -249,7 +264,8 @@ fn stale_gpt_wipes(plan: &Plan) -> Vec<Chunk> {
     let head = (1..=4096 / ss).filter(|&lba| lba < first_used);
     let tail_sectors = (4096 / ss).max(1);
     let last_used = plan.partitions.iter().map(|p| p.start + p.size).max().unwrap_or(0);
-    let tail = (plan.total_sectors.saturating_sub(tail_sectors)..plan.total_sectors).filter(|&lba| lba >= last_used);
+    let tail = (plan.total_sectors.saturating_sub(tail_sectors)..plan.total_sectors)
+        .filter(|&lba| lba >= last_used);
     head.chain(tail).map(|lba| chunk(lba * ss, vec![0u8; ss as usize], "stale gpt wipe")).collect()
 }
 
@@ -273,15 +289,35 @@ mod tests {
     use crate::table::{self, PartKind};
 
     fn ids(n: usize) -> Ids {
-        Ids { disk_guid: [7; 16], partition_guids: (1..=n as u8).map(|i| [i; 16]).collect(), mbr_signature: 0xCAFE }
+        Ids {
+            disk_guid: [7; 16],
+            partition_guids: (1..=n as u8).map(|i| [i; 16]).collect(),
+            mbr_signature: 0xCAFE,
+        }
     }
 
     fn make(label: Label, logical: u64, sizes: &[Size]) -> (Plan, Vec<u8>) {
-        let disk = Disk { size_bytes: 64 * MIB, logical, physical: 4096, alignment_offset: 0, optimal_io: None };
-        let reqs: Vec<Request> =
-            sizes.iter().map(|&size| Request { min_start: None, size, type_id: "linux".into(), name: Some("p".into()) }).collect();
-        let reqs: Vec<Request> =
-            if label == Label::Mbr { reqs.into_iter().map(|r| Request { name: None, ..r }).collect() } else { reqs };
+        let disk = Disk {
+            size_bytes: 64 * MIB,
+            logical,
+            physical: 4096,
+            alignment_offset: 0,
+            optimal_io: None,
+        };
+        let reqs: Vec<Request> = sizes
+            .iter()
+            .map(|&size| Request {
+                min_start: None,
+                size,
+                type_id: "linux".into(),
+                name: Some("p".into()),
+            })
+            .collect();
+        let reqs: Vec<Request> = if label == Label::Mbr {
+            reqs.into_iter().map(|r| Request { name: None, ..r }).collect()
+        } else {
+            reqs
+        };
         let p = plan(&disk, label, Align::Optimal, false, &reqs).unwrap();
         let mut img = vec![0xA5u8; (64 * MIB) as usize];
         for c in encode(&p, &ids(p.partitions.len())).unwrap() {
@@ -290,11 +326,15 @@ mod tests {
         (p, img)
     }
 
+    // `&Vec`: ReadAt is implemented for Vec, not for the unsized slice.
+    #[allow(clippy::ptr_arg)]
     fn read_back(p: &Plan, img: &Vec<u8>) -> table::Layout {
         let layout = table::read(img, p.sector_size, img.len() as u64).unwrap();
         assert!(layout.problems.is_empty(), "{:?}", layout.problems);
-        let got: Vec<(u32, u64, u64)> = layout.partitions.iter().map(|x| (x.number, x.start, x.size)).collect();
-        let want: Vec<(u32, u64, u64)> = p.partitions.iter().map(|x| (x.number, x.start, x.size)).collect();
+        let got: Vec<(u32, u64, u64)> =
+            layout.partitions.iter().map(|x| (x.number, x.start, x.size)).collect();
+        let want: Vec<(u32, u64, u64)> =
+            p.partitions.iter().map(|x| (x.number, x.start, x.size)).collect();
         assert_eq!(got, want);
         layout
     }
@@ -317,7 +357,13 @@ mod tests {
         let order: Vec<&str> = encode(&p, &ids(1)).unwrap().iter().map(|c| c.what).collect();
         assert_eq!(
             order,
-            ["gpt backup entries", "gpt backup header", "gpt primary entries", "gpt primary header", "protective mbr"]
+            [
+                "gpt backup entries",
+                "gpt backup header",
+                "gpt primary entries",
+                "gpt primary header",
+                "protective mbr"
+            ]
         );
     }
 
