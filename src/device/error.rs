@@ -9,7 +9,7 @@ pub enum DeviceError {
     NotFound(PathBuf),
     /// Kept apart from other I/O errors so the caller can still show the
     /// sysfs topology and say "unreadable (need root)".
-    #[error("{}: permission denied (reading a disk usually needs root)", path.display())]
+    #[error("{}: permission denied ({})", path.display(), permission_hint())]
     Permission { path: PathBuf },
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
@@ -19,6 +19,16 @@ pub enum DeviceError {
     NoSysfs { path: PathBuf, number: String },
     #[error("invalid override: {0}")]
     InvalidOverride(String),
+}
+
+/// Root can still be refused: by a container's device cgroup or a
+/// security module, and the fix is then not sudo.
+fn permission_hint() -> &'static str {
+    if rustix::process::geteuid().is_root() {
+        "refused even to root: a container or security policy forbids opening it"
+    } else {
+        "reading a disk usually needs root"
+    }
 }
 
 impl DeviceError {
