@@ -13,3 +13,4 @@ pub mod emulate;
 pub mod plan;
 pub mod report;
 pub mod table;
+pub mod units;

@@ -1,6 +1,7 @@
 //! Planning aligned partition tables: where each partition of a request
 //! goes, before anything is written.
 
+use crate::table::types;
 use crate::align::{align_down, align_up, lcm, MIB};
 use serde::Serialize;
 
@@ -332,35 +333,14 @@ fn resolve(label: Label, r: &Request) -> Result<Request, PlanError> {
     Ok(Request { type_id, ..r.clone() })
 }
 
-/// Partition types by name: (names, MBR code, GPT type GUID).
-const TYPES: &[(&[&str], Option<u8>, Option<&str>)] = &[
-    (&["linux", "linux-data"], Some(0x83), Some("0FC63DAF-8483-4772-8E79-3D69D8477DE4")),
-    (&["swap", "linux-swap"], Some(0x82), Some("0657FD6D-A4AB-43C4-84E5-0933C84B4F4F")),
-    (&["efi", "esp", "uefi"], Some(0xef), Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B")),
-    (&["lvm", "linux-lvm"], Some(0x8e), Some("E6D6D379-F507-44C2-A23C-238F2A3DF928")),
-    (&["raid", "linux-raid"], Some(0xfd), Some("A19D880F-05FC-4D3B-A006-743F0F84911E")),
-    (&["bios-boot", "bios"], None, Some("21686148-6449-6E6F-744E-656564454649")),
-    (&["windows", "ntfs", "msdata"], Some(0x07), Some("EBD0A0A2-B9E5-4433-87C0-68B6B72699C7")),
-    (&["fat32", "vfat"], Some(0x0c), Some("EBD0A0A2-B9E5-4433-87C0-68B6B72699C7")),
-    (&["fat16"], Some(0x06), None),
-    (&["extended"], Some(0x05), None),
-    (&["linux-root-x86-64", "root"], None, Some("4F68BCE3-E8CD-4DB1-96E7-FBCAF984B709")),
-    (&["linux-home", "home"], None, Some("933AC7E1-2EB4-4F13-B844-0E14E2AEF915")),
-    (&["luks"], None, Some("CA7D7CCB-63ED-4C53-861C-1742536059CC")),
-    (&["zfs"], Some(0xbf), Some("6A898CC3-1DD2-11B2-99A6-080020736631")),
-    (&["freebsd"], Some(0xa5), Some("516E7CB4-6ECF-11D6-8FF8-00022D09712B")),
-    (&["apple-hfs", "hfs"], Some(0xaf), Some("48465300-0000-11AA-AA11-00306543ECAC")),
-];
-
 /// A TYPE as typed, as its table stores it: "0x83" on MBR, an upper-case
 /// GUID on GPT. Names, MBR hex codes ("83", "0x83") and GUIDs are accepted.
 pub fn resolve_type(label: Label, text: &str) -> Result<String, PlanError> {
     let bad = || PlanError::Type(text.to_string(), label);
     let t = text.trim().to_ascii_lowercase();
-    let named = TYPES.iter().find(|(names, _, _)| names.contains(&t.as_str()));
-    match (label, named) {
-        (Label::Mbr, Some((_, code, _))) => code.map(|c| format!("0x{c:02x}")).ok_or_else(bad),
-        (Label::Gpt, Some((_, _, guid))) => guid.map(str::to_string).ok_or_else(bad),
+    match (label, types::by_name(&t)) {
+        (Label::Mbr, Some((code, _))) => code.map(|c| format!("0x{c:02x}")).ok_or_else(bad),
+        (Label::Gpt, Some((_, guid))) => guid.map(str::to_string).ok_or_else(bad),
         (Label::Mbr, None) => {
             let hex = t.strip_prefix("0x").unwrap_or(&t);
             let code = u8::from_str_radix(hex, 16).ok().filter(|&c| c != 0 && hex.len() <= 2);
@@ -399,23 +379,12 @@ pub fn parse_size(text: &str) -> Result<Size, String> {
     if let Some(p) = t.strip_suffix('%') {
         return p.trim().parse().map(Size::Percent).map_err(|_| format!("bad percentage {text:?}"));
     }
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| format!("bad size {text:?}"))?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" | "kb" => 10,
-        "m" | "mib" | "mb" => 20,
-        "g" | "gib" | "gb" => 30,
-        "t" | "tib" | "tb" => 40,
-        "s" => return Ok(Size::Sectors(n)),
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?} (use KiB, MiB, GiB, TiB, %, rest)"
-            ))
-        }
-    };
-    n.checked_mul(1 << shift).map(Size::Bytes).ok_or(format!("size {text:?} overflows"))
+    if let Some(n) = t.strip_suffix(['s', 'S']) {
+        return n.trim().parse().map(Size::Sectors).map_err(|_| format!("bad sector count {text:?}"));
+    }
+    crate::units::parse_bytes(t).map(Size::Bytes).ok_or_else(|| {
+        format!("bad size {text:?} (use bytes, KiB, MiB, GiB, TiB, sectors as 2048s, N%, or rest)")
+    })
 }
 
 /// Parse `--part SIZE[:TYPE[:NAME]]`; TYPE defaults to linux. A name may

@@ -8,7 +8,6 @@ use blkalign::align::Geometry;
 use blkalign::device::{self, Overrides, SysRoot, Target, TargetKind};
 use blkalign::table::{self, PartKind};
 use serde::Serialize;
-use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -65,7 +64,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         .collect();
     let text =
         if args.json { serde_json::to_string_pretty(&advice)? + "\n" } else { text(&advice) };
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    super::emit(&text)?;
     Ok(EXIT_OK)
 }
 

@@ -5,7 +5,7 @@ use blkalign::align::Class;
 use blkalign::audit::{self, DiskAudit, Options};
 use blkalign::device::{Overrides, SysRoot};
 use blkalign::report;
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -72,7 +72,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         Format::Json => report::json(&audits),
         Format::Prometheus => report::prometheus(&audits, now()),
     };
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    super::emit(&text)?;
     for a in audits.iter().filter(|a| a.error.is_some()) {
         eprintln!("blkalign: {}: {}", a.path.display(), a.error.as_deref().unwrap_or_default());
     }

@@ -89,11 +89,8 @@ fn start(args: StartArgs) -> anyhow::Result<u8> {
     let spec = spec(args)?;
     let drive = emulate::start(&spec).context("starting an emulated drive")?;
     let summary = Summary::of(&drive);
-    if json {
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        println!("{}", summary.line());
-    }
+    let text = if json { serde_json::to_string(&summary)? } else { summary.line() };
+    super::emit(&(text + "\n"))?;
     Ok(EXIT_OK)
 }
 
@@ -131,13 +128,12 @@ fn spec(args: StartArgs) -> anyhow::Result<Spec> {
 fn list(json: bool) -> anyhow::Result<u8> {
     let drives = emulate::list().context("listing emulated drives")?;
     let summaries: Vec<Summary> = drives.iter().map(Summary::of).collect();
-    if json {
-        println!("{}", serde_json::to_string_pretty(&summaries)?);
+    let text = if json {
+        serde_json::to_string_pretty(&summaries)? + "\n"
     } else {
-        for summary in &summaries {
-            println!("{}", summary.line());
-        }
-    }
+        summaries.iter().map(|s| s.line() + "\n").collect()
+    };
+    super::emit(&text)?;
     let broken = summaries.iter().any(|s| !s.running);
     Ok(if broken { EXIT_PROBLEM } else { EXIT_OK })
 }
@@ -145,9 +141,7 @@ fn list(json: bool) -> anyhow::Result<u8> {
 fn stop_all() -> anyhow::Result<u8> {
     match emulate::stop_all() {
         Ok(ids) => {
-            for id in ids {
-                println!("stopped {id}");
-            }
+            super::emit(&ids.iter().map(|id| format!("stopped {id}\n")).collect::<String>())?;
             Ok(EXIT_OK)
         }
         Err(err) => {

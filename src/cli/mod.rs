@@ -45,6 +45,16 @@ enum Command {
     Emulate(emulate::Command),
 }
 
+/// Write `text` to stdout. A reader that went away (`| head`) is not an
+/// error: the output was simply not wanted.
+pub fn emit(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -166,12 +166,12 @@ fn disk_of(t: &Topology, trust_kernel: bool) -> Disk {
 }
 
 pub fn print(target: &Target, plan: &Plan, json: bool) -> anyhow::Result<()> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(&Output { target: &target.path, plan })?);
+    let text = if json {
+        serde_json::to_string_pretty(&Output { target: &target.path, plan })? + "\n"
     } else {
-        print!("{}", human(target, plan));
-    }
-    Ok(())
+        human(target, plan)
+    };
+    Ok(super::emit(&text)?)
 }
 
 fn human(target: &Target, plan: &Plan) -> String {

@@ -119,20 +119,7 @@ fn missing_list(missing: &[(&str, &str)]) -> String {
 
 /// Parses "64MiB", "1GiB", "512M", "16K", "4096": suffixes are binary.
 pub fn parse_size(text: &str) -> Result<u64, EmulateError> {
-    let bad = || EmulateError::Size(text.to_string());
-    let trimmed = text.trim();
-    let split = trimmed.find(|c: char| !c.is_ascii_digit()).unwrap_or(trimmed.len());
-    let (digits, suffix) = trimmed.split_at(split);
-    let number: u64 = digits.parse().map_err(|_| bad())?;
-    let shift = match suffix.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" => 10,
-        "m" | "mib" => 20,
-        "g" | "gib" => 30,
-        "t" | "tib" => 40,
-        _ => return Err(bad()),
-    };
-    number.checked_mul(1 << shift).ok_or_else(bad)
+    crate::units::parse_bytes(text).ok_or_else(|| EmulateError::Size(text.to_string()))
 }
 
 #[cfg(test)]

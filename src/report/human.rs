@@ -44,6 +44,13 @@ fn disk(out: &mut String, a: &DiskAudit, color: bool) {
         let _ = writeln!(out, "  info: EBR at LBA {} is not on a physical boundary (harmless: it is read once)", s.lba);
     }
     let _ = writeln!(out, "  {}", summary(a));
+    if a.partitions.iter().any(|p| p.partition.kind != PartKind::Extended) && a.error.is_none() {
+        let _ = writeln!(
+            out,
+            "  hint: `blkalign advise {}` prints the mkfs/LVM/LUKS/ZFS options that keep each partition's contents aligned",
+            a.path.display()
+        );
+    }
 }
 
 fn heading(a: &DiskAudit) -> String {
