@@ -343,3 +343,39 @@ proptest! {
         check_peers(img.str(), &plan);
     }
 }
+
+/// Emulated drives: the lying 512e drive and a 4Kn one take our tables as
+/// real drives do, and the peers agree.
+#[test]
+fn on_emulated_drives() {
+    if !needs(true, &["nbdkit", "nbdfuse", "losetup", "sfdisk", "sgdisk", "parted"]) {
+        return;
+    }
+    for (preset, label) in [("wd-ears", "mbr"), ("4kn", "gpt")] {
+        let drive = common::emulate::EmulatedDrive::start(&["--preset", preset, "--size", "64MiB"]);
+        let args = ["--label", label, "--part", "8MiB:efi", "--part", "16MiB:swap", "--part", "rest:linux"];
+        let plan = plan_json(drive.str(), &args);
+        partition_ok(drive.str(), &args);
+        check_peers(drive.str(), &plan);
+        assert!(drive.partition(3).exists(), "{preset}: the kernel knows the partitions");
+    }
+}
+
+/// With the jumper's offset given, every start sits 7 sectors past a
+/// 4 KiB boundary, and audit under the same offset agrees.
+#[test]
+fn jumpered_drive_with_its_offset() {
+    if !needs(true, &["nbdkit", "nbdfuse", "losetup", "sfdisk"]) {
+        return;
+    }
+    let drive = common::emulate::EmulatedDrive::start(&["--preset", "wd-ears-jumper", "--size", "64MiB"]);
+    let args = ["--label", "mbr", "--alignment-offset", "3584", "--part", "8MiB", "--part", "rest"];
+    let plan = plan_json(drive.str(), &args);
+    partition_ok(drive.str(), &args);
+    for (_, start, _, _) in planned(&plan) {
+        assert_eq!(start % 8, 7, "{plan}");
+    }
+    sfdisk_verify(drive.str());
+    let out = blkalign().args(["audit", "--alignment-offset", "3584", drive.str()]).output().expect("audit");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -5,7 +5,7 @@ use super::EXIT_OK;
 use anyhow::Context;
 use blkalign::advise::{self, Advice, IoSizes};
 use blkalign::align::Geometry;
-use blkalign::device::{self, Overrides, SysRoot, Target, TargetKind};
+use blkalign::device::{self, SysRoot, Target, TargetKind};
 use blkalign::table::{self, PartKind};
 use serde::Serialize;
 use std::path::PathBuf;
@@ -19,9 +19,8 @@ pub struct Args {
     #[arg(long)]
     json: bool,
 
-    /// Believe a reported physical sector below 4096 instead of assuming 4096.
-    #[arg(long)]
-    trust_kernel: bool,
+    #[command(flatten)]
+    geometry: super::GeometryArgs,
 }
 
 #[derive(Serialize)]
@@ -35,7 +34,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let target = device::resolve(&root, &args.target)?;
     let file = device::open(&target)?;
-    let topology = device::topology(&root, &target, Some(&file), &Overrides::default())?;
+    let topology = device::topology(&root, &target, Some(&file), &args.geometry.overrides())?;
     let logical = topology.logical_sector_size.value;
     let layout = table::read(&file, logical, topology.size_bytes)
         .with_context(|| format!("reading the table of {}", target.path.display()))?;
@@ -44,7 +43,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         topology.physical_sector_size.value,
         topology.alignment_offset.value,
         topology.optimal_io_size.map(|s| s.value),
-        args.trust_kernel,
+        args.geometry.trust_kernel,
     );
     let io = IoSizes {
         physical: geometry.physical,

@@ -1,9 +1,9 @@
 //! `blkalign audit`: report the alignment of every partition.
 
-use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
+use super::{GeometryArgs, EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use blkalign::align::Class;
 use blkalign::audit::{self, DiskAudit, Options};
-use blkalign::device::{Overrides, SysRoot};
+use blkalign::device::SysRoot;
 use blkalign::report;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -34,32 +34,15 @@ pub struct Args {
     #[arg(long)]
     strict: bool,
 
-    /// Believe a reported physical sector below 4096 instead of assuming 4096.
-    #[arg(long)]
-    trust_kernel: bool,
-
-    /// Treat every target as having this logical sector size (bytes).
-    #[arg(long, value_name = "BYTES")]
-    logical_sector_size: Option<u64>,
-
-    /// Treat every target as having this physical sector size (bytes).
-    #[arg(long, value_name = "BYTES")]
-    physical_sector_size: Option<u64>,
-
-    /// Treat every target as having this alignment offset (bytes).
-    #[arg(long, value_name = "BYTES")]
-    alignment_offset: Option<u64>,
+    #[command(flatten)]
+    geometry: GeometryArgs,
 }
 
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let opts = Options {
-        overrides: Overrides {
-            logical_sector_size: args.logical_sector_size,
-            physical_sector_size: args.physical_sector_size,
-            alignment_offset: args.alignment_offset,
-        },
-        trust_kernel: args.trust_kernel,
+        overrides: args.geometry.overrides(),
+        trust_kernel: args.geometry.trust_kernel,
     };
     let audits = if args.targets.is_empty() {
         audit::audit_machine(&root, &opts)?

@@ -45,6 +45,36 @@ enum Command {
     Emulate(emulate::Command),
 }
 
+/// How to judge a target's geometry, shared by the commands that do.
+#[derive(clap::Args)]
+pub struct GeometryArgs {
+    /// Believe a reported physical sector below 4096 instead of assuming 4096.
+    #[arg(long)]
+    pub trust_kernel: bool,
+
+    /// Treat the target as having this logical sector size (bytes).
+    #[arg(long, value_name = "BYTES")]
+    pub logical_sector_size: Option<u64>,
+
+    /// Treat the target as having this physical sector size (bytes).
+    #[arg(long, value_name = "BYTES")]
+    pub physical_sector_size: Option<u64>,
+
+    /// Treat the target as having this alignment offset (bytes).
+    #[arg(long, value_name = "BYTES")]
+    pub alignment_offset: Option<u64>,
+}
+
+impl GeometryArgs {
+    pub fn overrides(&self) -> blkalign::device::Overrides {
+        blkalign::device::Overrides {
+            logical_sector_size: self.logical_sector_size,
+            physical_sector_size: self.physical_sector_size,
+            alignment_offset: self.alignment_offset,
+        }
+    }
+}
+
 /// Write `text` to stdout. A reader that went away (`| head`) is not an
 /// error: the output was simply not wanted.
 pub fn emit(text: &str) -> std::io::Result<()> {

@@ -4,7 +4,7 @@
 use super::EXIT_OK;
 use anyhow::{bail, Context};
 use blkalign::align::Geometry;
-use blkalign::device::{self, Overrides, SysRoot, Target, TargetKind, Topology};
+use blkalign::device::{self, SysRoot, Target, TargetKind, Topology};
 use blkalign::plan::{self, Align, Disk, Label, Plan, Request};
 use serde::Serialize;
 use std::io::Read;
@@ -48,22 +48,8 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
 
-    /// Believe a reported physical sector below 4096 instead of assuming 4096.
-    #[arg(long)]
-    trust_kernel: bool,
-
-    /// Treat the target as having this logical sector size (bytes), e.g. for
-    /// an empty image of a 4Kn disk.
-    #[arg(long, value_name = "BYTES")]
-    logical_sector_size: Option<u64>,
-
-    /// Treat the target as having this physical sector size (bytes).
-    #[arg(long, value_name = "BYTES")]
-    physical_sector_size: Option<u64>,
-
-    /// Treat the target as having this alignment offset (bytes).
-    #[arg(long, value_name = "BYTES")]
-    alignment_offset: Option<u64>,
+    #[command(flatten)]
+    pub geometry: super::GeometryArgs,
 }
 
 /// What `plan --json` prints.
@@ -99,7 +85,7 @@ pub fn make(args: &Args, root: &SysRoot) -> anyhow::Result<(Target, Plan)> {
         );
     }
     let topology = topology(args, root, &target)?;
-    let disk = disk_of(&topology, args.trust_kernel);
+    let disk = disk_of(&topology, args.geometry.trust_kernel);
     let plan = plan::plan(&disk, label, align, args.cylinder_compatible, &requests)
         .with_context(|| format!("cannot plan {}", target.path.display()))?;
     Ok((target, plan))
@@ -134,11 +120,7 @@ fn parse_align(text: &str) -> anyhow::Result<Align> {
 }
 
 fn topology(args: &Args, root: &SysRoot, target: &Target) -> anyhow::Result<Topology> {
-    let overrides = Overrides {
-        logical_sector_size: args.logical_sector_size,
-        physical_sector_size: args.physical_sector_size,
-        alignment_offset: args.alignment_offset,
-    };
+    let overrides = args.geometry.overrides();
     let file = device::open(target);
     if target.kind == TargetKind::Disk {
         file.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;

@@ -351,9 +351,15 @@ fn reconcile(topo: &mut Topology) -> Result<(), DeviceError> {
     let physical = topo.physical_sector_size.value;
     let offset = topo.alignment_offset;
     if offset.source == Source::Override {
-        if offset.value >= physical || offset.value % logical.value != 0 {
+        // A drive reporting 512 may be 4096 inside (the audit assumes so):
+        // the jumper's 3584 must be expressible without a physical override.
+        let bound = match topo.physical_sector_size.source {
+            Source::Override => physical,
+            _ => physical.max(crate::align::ASSUMED_PHYSICAL),
+        };
+        if offset.value >= bound || offset.value % logical.value != 0 {
             return Err(invalid(format!(
-                "alignment offset {} must be a multiple of {} below {physical}",
+                "alignment offset {} must be a multiple of {} below {bound}",
                 offset.value, logical.value
             )));
         }
