@@ -2,7 +2,9 @@
 //! library.
 
 mod audit;
+mod bench;
 mod emulate;
+mod probe;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -34,6 +36,10 @@ enum Command {
     /// Start, list and stop emulated Advanced Format drives.
     #[command(subcommand)]
     Emulate(emulate::Command),
+    /// Time writes by size and offset: random, phybs or stride workloads.
+    Bench(bench::Args),
+    /// Measure the physical sector size and alignment offset of a drive.
+    Probe(probe::Args),
 }
 
 pub fn main() -> ExitCode {
@@ -47,6 +53,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Audit(args) => audit::run(args, cli.sysfs_root),
         Command::Emulate(cmd) => emulate::run(cmd),
+        Command::Bench(args) => bench::run(args, cli.sysfs_root),
+        Command::Probe(args) => probe::run(args, cli.sysfs_root),
     };
     match result {
         Ok(code) => ExitCode::from(code),
