@@ -79,11 +79,13 @@ pub struct ProbeResult {
 /// read-write with O_DIRECT). Refuses a device that is mounted or held.
 pub fn probe(dev: &File, opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
     let begin = Instant::now();
-    let info = bench::device_info(dev, &opts.sys)?;
     let link = PathBuf::from(format!("/proc/self/fd/{}", dev.as_raw_fd()));
     let path = std::fs::read_link(&link).unwrap_or(link);
-    bench::safety::check_unused(dev, &path, &opts.sys)?;
+    // Our own description: finding the size seeks, which would move the
+    // caller's file offset.
     let file = bench::reopen_direct(dev)?;
+    bench::safety::check_unused(&file, &path, &opts.sys)?;
+    let info = bench::device_info(&file, &opts.sys)?;
     let slots = info.size.min(REGION) / GRID;
     if slots < MIN_SLOTS {
         return Err(ProbeError::Invalid(format!(
