@@ -1,7 +1,8 @@
 //! One audit per target: its topology and layout, judged start by start.
 
 use crate::align::{Class, Geometry, Verdict};
-use crate::device::{self, Overrides, SysRoot, Target, TargetKind, Topology};
+use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology};
+use crate::probe;
 use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem};
 use serde::Serialize;
 use std::fs::File;
@@ -13,6 +14,9 @@ pub struct Options {
     pub overrides: Overrides,
     /// Believe a reported physical sector below 4096.
     pub trust_kernel: bool,
+    /// Measure the physical sector and alignment offset by timing writes
+    /// (non-destructive), and judge by what was measured.
+    pub probe: bool,
 }
 
 /// What we know of the target's partition table.
@@ -142,13 +146,16 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     audit.name = target.name.clone();
     audit.kind = Some(target.kind);
     let file = device::open(target);
-    let topology = match device::topology(root, target, file.as_ref().ok(), &opts.overrides) {
+    let mut topology = match device::topology(root, target, file.as_ref().ok(), &opts.overrides) {
         Ok(t) => t,
         Err(err) => {
             audit.error = Some(err.to_string());
             return audit;
         }
     };
+    if let (true, TargetKind::Disk, Ok(file)) = (opts.probe, target.kind, &file) {
+        apply_probe(&mut topology, root, file, &target.path);
+    }
     let geometry = Geometry::new(
         topology.logical_sector_size.value,
         topology.physical_sector_size.value,
@@ -171,6 +178,28 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     audit.topology = Some(topology);
     audit.geometry = Some(geometry);
     audit
+}
+
+/// Replace the reported geometry by the measured one, unless overridden.
+fn apply_probe(topology: &mut Topology, root: &SysRoot, file: &File, path: &Path) {
+    let opts = probe::ProbeOptions { seed: None, sys: root.sys.clone() };
+    let result = match probe::probe(file, &opts) {
+        Ok(r) => r,
+        Err(err) => {
+            topology.notes.push(format!("cannot probe: {err}; judging by the reported geometry"));
+            return;
+        }
+    };
+    topology.notes.push(format!("probe: {} (confidence {:.2})", result.sentence(path), result.confidence));
+    if result.penalty.is_none() {
+        return;
+    }
+    if topology.physical_sector_size.source != Source::Override {
+        topology.physical_sector_size = Sourced::new(result.physical_sector_size, Source::Probe);
+    }
+    if topology.alignment_offset.source != Source::Override {
+        topology.alignment_offset = Sourced::new(result.alignment_offset, Source::Probe);
+    }
 }
 
 /// Read the table into `audit`, returning its partitions.

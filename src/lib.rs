@@ -8,9 +8,11 @@
 pub mod advise;
 pub mod align;
 pub mod audit;
+pub mod bench;
 pub mod device;
 pub mod emulate;
 pub mod plan;
+pub mod probe;
 pub mod report;
 pub mod table;
 pub mod units;

@@ -47,3 +47,26 @@ fn four_kn_drive_with_sgdisk_gpt() {
     assert_eq!(t["partitions"][0]["verdict"], "suboptimal", "24 KiB is on a sector, not on 1 MiB");
     assert_eq!(t["partitions"][1]["verdict"], "aligned");
 }
+
+/// The jumpered drive reports offset 0; only timing shows that LBA 63 is
+/// the aligned start and 2048 the slow one.
+#[test]
+fn probe_finds_the_jumper_and_turns_the_verdicts() {
+    if !needs(true, &["nbdkit", "nbdfuse", "losetup", "sfdisk"]) {
+        return;
+    }
+    let drive = EmulatedDrive::start(&["--preset", "wd-ears-jumper", "--size", "64MiB"]);
+    let script = "label: dos\nstart=63, size=20000\nstart=40960, size=20000\n";
+    run_stdin("sfdisk", &["--no-reread", "--no-tell-kernel", drive.str()], Some(script));
+    let (code, t) = audit(&[drive.str()]);
+    assert_eq!(code, 1, "believing the kernel, 63 looks misaligned: {t}");
+    assert_eq!(t["partitions"][0]["verdict"], "misaligned");
+    let (code, t) = audit(&["--probe", drive.str()]);
+    assert_eq!(code, 1, "{t}");
+    assert_eq!(t["physical_sector_size"], 4096, "{t}");
+    assert_eq!(t["physical_sector_source"], "probe");
+    assert_eq!(t["alignment_offset"], 3584);
+    assert_eq!(t["alignment_offset_source"], "probe");
+    assert_eq!(t["partitions"][0]["aligned_physical"], true, "{t}");
+    assert_eq!(t["partitions"][1]["verdict"], "misaligned", "{t}");
+}

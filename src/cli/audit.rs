@@ -34,6 +34,12 @@ pub struct Args {
     #[arg(long)]
     strict: bool,
 
+    /// Measure each disk's physical sector and alignment offset by timing
+    /// writes (non-destructive: each write puts back the bytes it found;
+    /// refused on mounted or held disks) and judge by the measurement.
+    #[arg(long)]
+    probe: bool,
+
     #[command(flatten)]
     geometry: GeometryArgs,
 }
@@ -43,6 +49,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let opts = Options {
         overrides: args.geometry.overrides(),
         trust_kernel: args.geometry.trust_kernel,
+        probe: args.probe,
     };
     let audits = if args.targets.is_empty() {
         audit::audit_machine(&root, &opts)?

@@ -3,9 +3,11 @@
 
 mod advise;
 mod audit;
+mod bench;
 mod emulate;
 mod partition;
 mod plan;
+mod probe;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -43,6 +45,10 @@ enum Command {
     /// Start, list and stop emulated Advanced Format drives.
     #[command(subcommand)]
     Emulate(emulate::Command),
+    /// Time writes by size and offset: random, phybs or stride workloads.
+    Bench(bench::Args),
+    /// Measure the physical sector size and alignment offset of a drive.
+    Probe(probe::Args),
 }
 
 /// How to judge a target's geometry, shared by the commands that do.
@@ -99,6 +105,8 @@ pub fn main() -> ExitCode {
         Command::Partition(args) => partition::run(args, cli.sysfs_root),
         Command::Advise(args) => advise::run(args, cli.sysfs_root),
         Command::Emulate(cmd) => emulate::run(cmd),
+        Command::Bench(args) => bench::run(args, cli.sysfs_root),
+        Command::Probe(args) => probe::run(args, cli.sysfs_root),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -1,0 +1,261 @@
+//! O_DIRECT access: aligned buffers, opening, device facts, and running a
+//! list of timed requests without changing the data on the device.
+
+use super::{BenchError, Request};
+use rustix::fs::OFlags;
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// O_DIRECT needs buffers aligned to the logical sector; a page covers all.
+const BUF_ALIGN: usize = 4096;
+
+/// Backups held in memory at once; larger workloads run in chunks, each
+/// backed up before its own timed phase.
+const CHUNK_BYTES: u64 = 64 << 20;
+
+/// Threads reading backups: the reads are untimed, so overlap them.
+const READERS: usize = 4;
+
+/// A heap buffer whose start is page-aligned.
+pub struct AlignedBuf {
+    storage: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub fn new(len: usize, fill: u8) -> AlignedBuf {
+        let storage = vec![fill; len + BUF_ALIGN];
+        let start = storage.as_ptr().align_offset(BUF_ALIGN);
+        AlignedBuf { storage, start, len }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.storage[self.start..self.start + self.len]
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.storage[self.start..self.start + self.len]
+    }
+}
+
+/// What the timed phase does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Read,
+    /// Writes back what was read before the timed phase: nothing changes.
+    Write,
+    /// Writes a pattern over the data.
+    Destructive,
+}
+
+/// Opens `path` for O_DIRECT I/O; read-write unless `mode` only reads.
+pub fn open_direct(path: &Path, mode: Mode, sync: bool) -> Result<File, BenchError> {
+    let mut flags = OFlags::DIRECT | OFlags::CLOEXEC;
+    flags |= if mode == Mode::Read { OFlags::RDONLY } else { OFlags::RDWR };
+    if sync {
+        flags |= OFlags::SYNC;
+    }
+    let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty()).map_err(|e| BenchError::Open {
+        path: path.to_path_buf(),
+        source: e.into(),
+    })?;
+    Ok(File::from(fd))
+}
+
+/// A new read-write O_DIRECT description of an already open file, so callers
+/// may pass whatever descriptor they hold (audit opens read-only).
+pub fn reopen_direct(file: &File) -> Result<File, BenchError> {
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    open_direct(&path, Mode::Write, false)
+}
+
+/// What the kernel says about a block device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct KernelView {
+    pub physical_sector_size: u64,
+    pub alignment_offset: u64,
+}
+
+/// Facts about an open target needed to measure it.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceInfo {
+    pub logical: u64,
+    pub size: u64,
+    /// None for regular files.
+    pub kernel: Option<KernelView>,
+    /// major:minor of a block device.
+    pub rdev: Option<u64>,
+}
+
+/// Sector sizes from sysfs (found by device number, so partitions and
+/// aliases work); a regular file is taken as 512-byte sectors.
+pub fn device_info(file: &File, sys: &Path) -> Result<DeviceInfo, BenchError> {
+    let meta = file.metadata().map_err(|e| io_error("stat", 0, 0, e))?;
+    let size = (&*file).seek(SeekFrom::End(0)).map_err(|e| io_error("seek", 0, 0, e))?;
+    if !meta.file_type().is_block_device() {
+        return Ok(DeviceInfo { logical: 512, size, kernel: None, rdev: None });
+    }
+    let rdev = meta.rdev();
+    let dir = sysfs_dir(sys, rdev)?;
+    // A partition has no queue/ of its own: its disk's applies.
+    let queue = [dir.join("queue"), dir.join("../queue")]
+        .into_iter()
+        .find(|q| q.is_dir())
+        .unwrap_or_else(|| dir.join("queue"));
+    let logical = read_number(&queue.join("logical_block_size"))?;
+    let physical = read_number(&queue.join("physical_block_size"))?;
+    let alignment_offset = read_number(&dir.join("alignment_offset")).unwrap_or(0);
+    Ok(DeviceInfo {
+        logical,
+        size,
+        kernel: Some(KernelView { physical_sector_size: physical, alignment_offset }),
+        rdev: Some(rdev),
+    })
+}
+
+/// SYS/dev/block/MAJ:MIN, resolved to the real directory.
+pub(crate) fn sysfs_dir(sys: &Path, rdev: u64) -> Result<PathBuf, BenchError> {
+    let number = format!("{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    let link = sys.join("dev/block").join(number);
+    std::fs::canonicalize(&link).map_err(|e| BenchError::Open { path: link, source: e })
+}
+
+fn read_number(path: &Path) -> Result<u64, BenchError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| BenchError::Open { path: path.to_path_buf(), source: e })?;
+    text.trim()
+        .parse()
+        .map_err(|_| BenchError::Invalid(format!("{}: not a number: {text:?}", path.display())))
+}
+
+fn io_error(what: &'static str, pos: u64, size: u64, source: std::io::Error) -> BenchError {
+    BenchError::Io { what, pos, size, source }
+}
+
+/// Runs `requests` in order and returns the latency of each. Writes are
+/// preceded, outside the timing, by reads of the same ranges, and write
+/// that data back (unless destructive). `done` is told after each request.
+pub fn execute(
+    file: &File,
+    requests: &[Request],
+    mode: Mode,
+    done: &mut dyn FnMut(),
+) -> Result<Vec<Duration>, BenchError> {
+    let mut latencies = Vec::with_capacity(requests.len());
+    for chunk in chunks(requests) {
+        let mut bufs = prepare(file, chunk, mode)?;
+        for (req, buf) in chunk.iter().zip(&mut bufs) {
+            latencies.push(timed(file, req, buf, mode)?);
+            done();
+        }
+    }
+    Ok(latencies)
+}
+
+/// Consecutive slices of at most CHUNK_BYTES (and at least one request).
+fn chunks(requests: &[Request]) -> Vec<&[Request]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, req) in requests.iter().enumerate() {
+        if i > start && bytes.saturating_add(req.size) > CHUNK_BYTES {
+            out.push(&requests[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes = bytes.saturating_add(req.size);
+    }
+    if start < requests.len() {
+        out.push(&requests[start..]);
+    }
+    out
+}
+
+fn timed(
+    file: &File,
+    req: &Request,
+    buf: &mut AlignedBuf,
+    mode: Mode,
+) -> Result<Duration, BenchError> {
+    let begin = Instant::now();
+    let result = match mode {
+        Mode::Read => read_into(file, req, buf),
+        Mode::Write | Mode::Destructive => file.write_all_at(buf.bytes(), req.pos),
+    };
+    let elapsed = begin.elapsed();
+    result.map_err(|e| io_error(mode_name(mode), req.pos, req.size, e))?;
+    Ok(elapsed)
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    if mode == Mode::Read { "read" } else { "write" }
+}
+
+fn read_into(file: &File, req: &Request, buf: &mut AlignedBuf) -> std::io::Result<()> {
+    file.read_exact_at(buf.bytes_mut(), req.pos)
+}
+
+/// One buffer per request: the backup to write back, a pattern, or (for
+/// reads) room to read into.
+fn prepare(file: &File, chunk: &[Request], mode: Mode) -> Result<Vec<AlignedBuf>, BenchError> {
+    let fill = if mode == Mode::Destructive { 0xA5 } else { 0 };
+    let mut bufs: Vec<AlignedBuf> = chunk
+        .iter()
+        .map(|r| AlignedBuf::new(usize::try_from(r.size).unwrap_or(usize::MAX), fill))
+        .collect();
+    if mode == Mode::Write {
+        back_up(file, chunk, &mut bufs)?;
+    }
+    Ok(bufs)
+}
+
+/// Reads every range in parallel: untimed, so only wall time is at stake.
+fn back_up(file: &File, chunk: &[Request], bufs: &mut [AlignedBuf]) -> Result<(), BenchError> {
+    let per = chunk.len().div_ceil(READERS).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = chunk
+            .chunks(per)
+            .zip(bufs.chunks_mut(per))
+            .map(|(reqs, bufs)| scope.spawn(move || read_each(file, reqs, bufs)))
+            .collect();
+        workers.into_iter().try_for_each(|w| {
+            w.join().unwrap_or_else(|_| Err(BenchError::Invalid("a backup reader panicked".into())))
+        })
+    })
+}
+
+fn read_each(file: &File, reqs: &[Request], bufs: &mut [AlignedBuf]) -> Result<(), BenchError> {
+    reqs.iter().zip(bufs).try_for_each(|(req, buf)| {
+        read_into(file, req, buf).map_err(|e| io_error("backup read", req.pos, req.size, e))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(size: u64) -> Request {
+        Request { cell: 0, pos: 0, size }
+    }
+
+    #[test]
+    fn chunks_bound_memory_but_never_split_a_request() {
+        let big = vec![req(CHUNK_BYTES / 2 + 1); 3];
+        assert_eq!(chunks(&big).iter().map(|c| c.len()).collect::<Vec<_>>(), [1, 1, 1]);
+        let small = vec![req(4096); 10];
+        assert_eq!(chunks(&small).len(), 1);
+        assert!(chunks(&[]).is_empty());
+        let huge = vec![req(CHUNK_BYTES * 2)];
+        assert_eq!(chunks(&huge).len(), 1);
+    }
+
+    #[test]
+    fn buffers_are_page_aligned() {
+        let buf = AlignedBuf::new(4096, 1);
+        assert_eq!(buf.bytes().as_ptr() as usize % BUF_ALIGN, 0);
+        assert_eq!(buf.bytes().len(), 4096);
+    }
+}

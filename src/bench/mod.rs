@@ -1,0 +1,160 @@
+//! Measuring write (or read) latency at chosen sizes and offsets, with
+//! O_DIRECT so every request reaches the drive as issued.
+//!
+//! A [`plan::Plan`] lists cells (size × offset) and their positions;
+//! [`run`] interleaves them at random, times each request and summarises
+//! each cell. Writes are non-destructive unless asked otherwise: the data
+//! is read before the timed phase and the same bytes are written back.
+
+pub mod io;
+pub mod plan;
+pub mod rng;
+pub mod safety;
+pub mod stats;
+pub mod svg;
+
+pub use io::{device_info, open_direct, reopen_direct, DeviceInfo, KernelView, Mode};
+pub use plan::{Cell, Plan, Span};
+
+use rng::Rng;
+use serde::Serialize;
+use stats::Latency;
+use std::path::PathBuf;
+
+/// What can go wrong measuring a device.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("{}: {source}", path.display())]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error("{what} of {size} bytes at byte {pos}: {source}")]
+    Io { what: &'static str, pos: u64, size: u64, source: std::io::Error },
+    #[error("{}: in use ({by}); refusing to write to it", path.display())]
+    InUse { path: PathBuf, by: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// One timed request: a cell's size at a position.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Request {
+    pub cell: usize,
+    pub pos: u64,
+    pub size: u64,
+}
+
+/// One cell's summary, in phybs' terms plus latency percentiles.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CellResult {
+    pub size: u64,
+    pub offset: u64,
+    pub step: u64,
+    pub count: u64,
+    /// Sum of the request latencies.
+    pub msec: f64,
+    pub iops: f64,
+    /// Kilobytes (1000 bytes) per second.
+    pub kbps: f64,
+    pub lat_us: Latency,
+}
+
+/// Slowest offset against fastest, by median latency, for one size.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Ratio {
+    pub size: u64,
+    pub fast_offset: u64,
+    pub slow_offset: u64,
+    /// Median latency at slow_offset ÷ at fast_offset.
+    pub ratio: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Report {
+    pub version: u32,
+    pub results: Vec<CellResult>,
+    pub ratios: Vec<Ratio>,
+}
+
+/// Runs `plan` on `file` (opened by [`open_direct`]); `done` is told after
+/// each timed request.
+pub fn run(
+    file: &std::fs::File,
+    plan: &Plan,
+    mode: Mode,
+    rng: &mut Rng,
+    done: &mut dyn FnMut(),
+) -> Result<Report, BenchError> {
+    let requests = plan::schedule(plan, rng);
+    let latencies = io::execute(file, &requests, mode, done)?;
+    let mut samples = vec![Vec::new(); plan.cells.len()];
+    for (req, lat) in requests.iter().zip(latencies) {
+        samples[req.cell].push(lat.as_secs_f64() * 1e6);
+    }
+    let results: Vec<CellResult> =
+        plan.cells.iter().zip(&samples).map(|(c, s)| summarise(c, s)).collect();
+    let ratios = ratios(&results);
+    Ok(Report { version: 1, results, ratios })
+}
+
+fn summarise(cell: &Cell, samples_us: &[f64]) -> CellResult {
+    let count = samples_us.len() as u64;
+    let msec = samples_us.iter().sum::<f64>() / 1000.0;
+    let (iops, kbps) = stats::rates(count, cell.size, msec);
+    CellResult {
+        size: cell.size,
+        offset: cell.offset,
+        step: cell.step,
+        count,
+        msec,
+        iops,
+        kbps,
+        lat_us: Latency::of(samples_us),
+    }
+}
+
+/// For every size measured at two or more offsets.
+pub fn ratios(results: &[CellResult]) -> Vec<Ratio> {
+    let mut sizes: Vec<u64> = results.iter().map(|r| r.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    sizes
+        .into_iter()
+        .filter_map(|size| {
+            let cells: Vec<&CellResult> = results.iter().filter(|r| r.size == size).collect();
+            let by_p50 = |a: &&&CellResult, b: &&&CellResult| a.lat_us.p50.total_cmp(&b.lat_us.p50);
+            let fast = cells.iter().min_by(by_p50)?;
+            let slow = cells.iter().max_by(by_p50)?;
+            (cells.len() >= 2 && fast.lat_us.p50 > 0.0).then(|| Ratio {
+                size,
+                fast_offset: fast.offset,
+                slow_offset: slow.offset,
+                ratio: slow.lat_us.p50 / fast.lat_us.p50,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(size: u64, offset: u64, p50: f64) -> CellResult {
+        let lat_us = Latency { p5: p50, p50, p95: p50 };
+        CellResult { size, offset, step: size, count: 1, msec: 1.0, iops: 1.0, kbps: 1.0, lat_us }
+    }
+
+    #[test]
+    fn ratio_is_slowest_over_fastest_per_size() {
+        let results = [cell(4096, 0, 1000.0), cell(4096, 512, 3800.0), cell(512, 0, 2000.0)];
+        let r = ratios(&results);
+        assert_eq!(r.len(), 1, "a size at one offset has no ratio");
+        assert_eq!((r[0].fast_offset, r[0].slow_offset, r[0].ratio), (0, 512, 3.8));
+    }
+
+    #[test]
+    fn summary_arithmetic() {
+        let c = Cell { size: 4096, offset: 512, step: 4096, positions: vec![] };
+        let r = summarise(&c, &[1000.0, 3000.0]);
+        assert_eq!((r.count, r.msec, r.iops, r.kbps), (2, 4.0, 500.0, 2048.0));
+        assert_eq!(r.lat_us.p50, 2000.0);
+    }
+}

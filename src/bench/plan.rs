@@ -1,0 +1,206 @@
+//! The three workloads of the articles as lists of cells (a size at an
+//! offset, with the positions to write) and their interleaved schedule.
+
+use super::rng::Rng;
+use super::{BenchError, Request};
+
+/// One (size, offset) combination and every position it is measured at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cell {
+    pub size: u64,
+    pub offset: u64,
+    /// Distance between positions: the grid of `random`, the step of
+    /// `phybs`, the stride of `stride`.
+    pub step: u64,
+    pub positions: Vec<u64>,
+}
+
+/// Cells, and how many consecutive positions of a cell run together
+/// (1 interleaves every request; `stride` keeps runs sequential).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub cells: Vec<Cell>,
+    pub run: usize,
+}
+
+/// Where on the device the workload may go, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub start: u64,
+    pub len: u64,
+}
+
+fn invalid(message: String) -> BenchError {
+    BenchError::Invalid(message)
+}
+
+fn check_sector(what: &str, value: u64, logical: u64) -> Result<(), BenchError> {
+    if logical == 0 || value % logical != 0 {
+        return Err(invalid(format!(
+            "{what} {value} is not a multiple of the {logical}-byte logical sector (O_DIRECT needs whole sectors)"
+        )));
+    }
+    Ok(())
+}
+
+/// `count` writes of `size` at random points of a `size` grid plus each
+/// offset: the classic 4 KiB at 0 against 4 KiB at 512.
+pub fn random(
+    size: u64,
+    offsets: &[u64],
+    count: u64,
+    span: Span,
+    logical: u64,
+    rng: &mut Rng,
+) -> Result<Plan, BenchError> {
+    check_sector("size", size, logical)?;
+    if size == 0 {
+        return Err(invalid("size must not be 0".into()));
+    }
+    let cells = offsets
+        .iter()
+        .map(|&offset| {
+            check_sector("offset", offset, logical)?;
+            // Grid points k with offset + k*size + size inside the span.
+            let room = span.len.checked_sub(offset).and_then(|r| r.checked_sub(size));
+            let slots = room.map(|r| r / size + 1).ok_or_else(|| too_small(size, offset, span))?;
+            let positions = (0..count)
+                .map(|_| span.start + offset + rng.below(slots) * size)
+                .collect();
+            Ok(Cell { size, offset, step: size, positions })
+        })
+        .collect::<Result<_, BenchError>>()?;
+    Ok(Plan { cells, run: 1 })
+}
+
+fn too_small(size: u64, offset: u64, span: Span) -> BenchError {
+    invalid(format!(
+        "a {size}-byte write at offset {offset} does not fit in the {}-byte span",
+        span.len
+    ))
+}
+
+/// phybs' matrix: sizes from the logical sector to 8x, offsets at every
+/// logical sector below the size, `count` writes each `4 * size` apart.
+pub fn phybs(count: u64, span: Span, logical: u64) -> Result<Plan, BenchError> {
+    let mut cells = Vec::new();
+    for size in [1, 2, 4, 8].map(|k| k * logical) {
+        for offset in (0..size).step_by(logical.max(1) as usize) {
+            cells.push(sequential(size, offset, 4 * size, count, span)?);
+        }
+    }
+    Ok(Plan { cells, run: 1 })
+}
+
+/// part-align-bench: `size` writes every `stride` from each base sector
+/// for `total` bytes, kept sequential in runs.
+pub fn stride(
+    size: u64,
+    stride: u64,
+    total: u64,
+    bases: &[u64],
+    span: Span,
+    logical: u64,
+) -> Result<Plan, BenchError> {
+    check_sector("size", size, logical)?;
+    check_sector("stride", stride, logical)?;
+    if size == 0 || stride < size {
+        return Err(invalid(format!("stride {stride} must be at least the size {size}")));
+    }
+    let count = total / stride;
+    let cells = bases
+        .iter()
+        .map(|&base| {
+            let offset = base.checked_mul(logical).ok_or_else(|| invalid("base too large".into()))?;
+            sequential(size, offset, stride, count, span)
+        })
+        .collect::<Result<_, BenchError>>()?;
+    Ok(Plan { cells, run: 32 })
+}
+
+/// `count` positions offset, offset + step, ... all inside the span.
+fn sequential(size: u64, offset: u64, step: u64, count: u64, span: Span) -> Result<Cell, BenchError> {
+    let last = count
+        .checked_sub(1)
+        .and_then(|n| n.checked_mul(step))
+        .and_then(|d| d.checked_add(offset))
+        .and_then(|p| p.checked_add(size));
+    if count == 0 || last.is_none_or(|end| end > span.len) {
+        return Err(too_small(size, offset, span));
+    }
+    let positions = (0..count).map(|i| span.start + offset + i * step).collect();
+    Ok(Cell { size, offset, step, positions })
+}
+
+/// Every request of the plan, cells interleaved in random order (in runs of
+/// `plan.run`), so that drift over time spreads over all cells alike.
+pub fn schedule(plan: &Plan, rng: &mut Rng) -> Vec<Request> {
+    let run = plan.run.max(1);
+    let mut runs: Vec<(usize, &[u64])> = plan
+        .cells
+        .iter()
+        .enumerate()
+        .flat_map(|(i, cell)| cell.positions.chunks(run).map(move |c| (i, c)))
+        .collect();
+    rng.shuffle(&mut runs);
+    runs.into_iter()
+        .flat_map(|(cell, positions)| {
+            let size = plan.cells[cell].size;
+            positions.iter().map(move |&pos| Request { cell, pos, size })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SPAN: Span = Span { start: 0, len: 1 << 20 };
+
+    #[test]
+    fn random_stays_on_its_grid_and_in_the_span() {
+        let plan = random(4096, &[0, 512], 200, SPAN, 512, &mut Rng::new(1)).unwrap();
+        assert_eq!(plan.cells.len(), 2);
+        for cell in &plan.cells {
+            assert_eq!(cell.positions.len(), 200);
+            for &p in &cell.positions {
+                assert_eq!(p % 4096, cell.offset);
+                assert!(p + 4096 <= SPAN.len);
+            }
+        }
+        assert!(random(4096, &[100], 1, SPAN, 512, &mut Rng::new(1)).is_err());
+        let tiny = Span { start: 0, len: 4096 };
+        assert!(random(4096, &[512], 1, tiny, 512, &mut Rng::new(1)).is_err());
+    }
+
+    #[test]
+    fn phybs_matrix_has_every_logical_offset() {
+        let plan = phybs(10, SPAN, 512).unwrap();
+        let cells: Vec<(u64, u64)> = plan.cells.iter().map(|c| (c.size, c.offset)).collect();
+        assert_eq!(cells.len(), 1 + 2 + 4 + 8);
+        assert!(cells.contains(&(4096, 3584)) && cells.contains(&(2048, 1536)));
+        let last = plan.cells.last().unwrap();
+        assert_eq!(last.step, 4 * 4096);
+        assert_eq!(last.positions[1] - last.positions[0], 16384);
+    }
+
+    #[test]
+    fn stride_bases_are_sectors() {
+        let plan = stride(4096, 8192, 65536, &[0, 8, 34, 40, 42], SPAN, 512).unwrap();
+        let offsets: Vec<u64> = plan.cells.iter().map(|c| c.offset).collect();
+        assert_eq!(offsets, [0, 4096, 17408, 20480, 21504]);
+        assert_eq!(plan.cells[0].positions.len(), 8);
+        assert!(stride(4096, 2048, 65536, &[0], SPAN, 512).is_err());
+    }
+
+    #[test]
+    fn schedule_keeps_every_request_and_runs_together() {
+        let plan = stride(4096, 4096, 1 << 16, &[0, 8], SPAN, 512).unwrap();
+        let reqs = schedule(&plan, &mut Rng::new(3));
+        assert_eq!(reqs.len(), 32);
+        // 16 positions per cell, run 32: each cell is one sequential run.
+        assert!(reqs[..16].iter().all(|r| r.cell == reqs[0].cell));
+        let plan = random(512, &[0], 50, SPAN, 512, &mut Rng::new(1)).unwrap();
+        assert_eq!(schedule(&plan, &mut Rng::new(2)).len(), 50);
+    }
+}

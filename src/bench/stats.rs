@@ -1,0 +1,144 @@
+//! The arithmetic of results: percentiles, rates, and splitting cells into
+//! a fast and a slow cluster.
+
+use serde::Serialize;
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Latency {
+    pub p5: f64,
+    pub p50: f64,
+    pub p95: f64,
+}
+
+impl Latency {
+    /// From samples in microseconds, in any order; zeros when empty.
+    pub fn of(samples: &[f64]) -> Latency {
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Latency {
+            p5: percentile(&sorted, 0.05),
+            p50: percentile(&sorted, 0.5),
+            p95: percentile(&sorted, 0.95),
+        }
+    }
+}
+
+/// Linear interpolation between closest ranks of sorted samples.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    let Some(last) = sorted.len().checked_sub(1) else {
+        return 0.0;
+    };
+    let rank = q.clamp(0.0, 1.0) * last as f64;
+    let (low, high) = (rank.floor() as usize, rank.ceil() as usize);
+    sorted[low] + (sorted[high] - sorted[low]) * (rank - low as f64)
+}
+
+pub fn median(samples: &[f64]) -> f64 {
+    Latency::of(samples).p50
+}
+
+/// Operations and kilobytes (1000 bytes) per second for `count` operations
+/// of `size` bytes taking `msec` in all. In floating point from u64s: phybs
+/// computed count * 1000 in an int and overflowed. Zero time gives zeros.
+pub fn rates(count: u64, size: u64, msec: f64) -> (f64, f64) {
+    if msec <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let ops = count as f64 * 1000.0 / msec;
+    let kbps = count as f64 * size as f64 / msec;
+    (ops, kbps)
+}
+
+/// Ratio below which two cell medians count as the same speed. The
+/// emulator's smallest penalty (one read-modify-write) is 2×, real drives'
+/// a revolution per write, several times a fast write.
+pub const GAP: f64 = 1.5;
+
+/// Which cells are fast, from their medians: the widest gap between
+/// neighbours in sorted order, when it is at least GAP, separates the fast
+/// cluster from the slow one. None when no such gap exists.
+pub fn split(medians: &[f64]) -> Option<Vec<bool>> {
+    let mut sorted: Vec<f64> = medians.iter().copied().filter(|m| *m > 0.0).collect();
+    sorted.sort_by(f64::total_cmp);
+    let (ratio, below) = sorted
+        .windows(2)
+        .map(|w| (w[1] / w[0], w[0]))
+        .max_by(|a, b| a.0.total_cmp(&b.0))?;
+    (ratio >= GAP).then(|| medians.iter().map(|m| *m <= below).collect())
+}
+
+/// Probability that a fast sample beats a slow one (the area under the ROC
+/// curve): 1.0 when the clusters do not overlap at all.
+pub fn separation(fast: &[f64], slow: &[f64]) -> f64 {
+    let pairs = fast.len() * slow.len();
+    if pairs == 0 {
+        return 0.0;
+    }
+    let wins: f64 = fast
+        .iter()
+        .flat_map(|f| {
+            slow.iter().map(move |s| match f.total_cmp(s) {
+                std::cmp::Ordering::Less => 1.0,
+                std::cmp::Ordering::Equal => 0.5,
+                std::cmp::Ordering::Greater => 0.0,
+            })
+        })
+        .sum();
+    wins / pairs as f64
+}
+
+/// How sure "no penalty" is, from cell medians: 1 when the 10th and 90th
+/// percentiles agree, falling to 0 as their ratio nears GAP.
+pub fn uniformity(medians: &[f64]) -> f64 {
+    let mut sorted = medians.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let (low, high) = (percentile(&sorted, 0.1), percentile(&sorted, 0.9));
+    if low <= 0.0 {
+        return 0.0;
+    }
+    (1.0 - (high / low - 1.0) / (GAP - 1.0)).clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_from_count_and_msec_do_not_overflow() {
+        assert_eq!(rates(1000, 4096, 1000.0), (1000.0, 4096.0));
+        assert_eq!(rates(100, 512, 250.0), (400.0, 204.8));
+        // phybs: count * 1000 in a 32-bit int overflowed past ~2.1 million.
+        let (ops, kbps) = rates(u64::MAX, 65536, 1.0);
+        assert!(ops.is_finite() && ops > 1e21);
+        assert!(kbps.is_finite() && kbps > 1e24);
+        assert_eq!(rates(5, 4096, 0.0), (0.0, 0.0));
+    }
+
+    #[test]
+    fn percentiles_interpolate() {
+        let l = Latency::of(&[4.0, 1.0, 3.0, 2.0, 5.0]);
+        assert_eq!((l.p5, l.p50, l.p95), (1.2, 3.0, 4.8));
+        assert_eq!(Latency::of(&[]).p50, 0.0);
+        assert_eq!(median(&[7.0]), 7.0);
+    }
+
+    #[test]
+    fn split_finds_the_widest_gap() {
+        let medians = [4400.0, 1150.0, 4300.0, 4500.0];
+        assert_eq!(split(&medians), Some(vec![false, true, false, false]));
+        assert_eq!(split(&[1150.0, 1200.0, 1180.0]), None);
+        assert_eq!(split(&[1000.0]), None);
+        // Three levels: the widest gap wins.
+        assert_eq!(split(&[1000.0, 2000.0, 9000.0]), Some(vec![true, true, false]));
+    }
+
+    #[test]
+    fn separation_and_uniformity() {
+        assert_eq!(separation(&[1.0, 2.0], &[3.0, 4.0]), 1.0);
+        assert_eq!(separation(&[1.0, 4.0], &[3.0, 5.0]), 0.75);
+        assert_eq!(separation(&[], &[1.0]), 0.0);
+        assert_eq!(uniformity(&[100.0; 10]), 1.0);
+        assert_eq!(uniformity(&[100.0, 200.0, 100.0, 200.0]), 0.0);
+    }
+}

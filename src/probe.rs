@@ -1,0 +1,328 @@
+//! `probe`: infer the physical sector size and alignment offset of a drive
+//! from how long writes take, since the kernel's answer is often wrong.
+//!
+//! On a read-modify-write drive a write of S bytes at offset O is fast
+//! exactly when S is a multiple of the physical sector P and O ≡ A (mod P),
+//! A being the alignment offset. So:
+//! 1. locate: 64 KiB writes at every logical-sector offset of a window
+//!    growing from 4 KiB until some offset is fast (none up to 64 KiB: no
+//!    measurable penalty);
+//! 2. knee: at that fast offset, every power-of-two size from the logical
+//!    sector to 64 KiB; the smallest fast size is P;
+//! 3. sweep: P-byte writes at every logical-sector offset below P; the one
+//!    fast offset is A (this finds the XP jumper's 3584).
+//!
+//! Each stage measures its cells in rounds (one write per cell, at random
+//! positions, in random order), splits the cell medians at the widest gap,
+//! and stops once two rounds in a row agree. Writes are non-destructive:
+//! each writes back the bytes read there before the round.
+
+use crate::bench::{self, io::execute, rng::Rng, stats, KernelView, Mode, Request};
+use serde::Serialize;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Errors are those of measuring: opening, I/O, a device in use.
+pub use crate::bench::BenchError as ProbeError;
+
+/// The largest physical sector considered, and the largest write.
+const LARGEST: u64 = 65536;
+/// Positions are k * GRID + offset: room for any offset plus any size, and
+/// a multiple of every candidate sector size.
+const GRID: u64 = 2 * LARGEST;
+/// Writes go to the first GiB: short seeks on a disk, any size of emulator.
+const REGION: u64 = 1 << 30;
+/// Grid slots needed, so random positions do not all coincide.
+const MIN_SLOTS: u64 = 4;
+const MIN_ROUNDS: usize = 4;
+const MAX_ROUNDS: usize = 12;
+
+#[derive(Clone, Debug)]
+pub struct ProbeOptions {
+    /// For reproducible runs; from the clock when None.
+    pub seed: Option<u64>,
+    /// sysfs, for the kernel's view and the in-use check.
+    pub sys: PathBuf,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        ProbeOptions { seed: None, sys: PathBuf::from("/sys") }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ProbeResult {
+    /// As measured; the logical sector size when there is no penalty.
+    pub physical_sector_size: u64,
+    pub alignment_offset: u64,
+    pub lowest_aligned_lba: u64,
+    /// 0..1: how cleanly fast and slow writes separate, and whether the
+    /// stages agreed.
+    pub confidence: f64,
+    /// None for regular files.
+    pub kernel: Option<KernelView>,
+    /// False when the kernel's physical size or offset differs from what
+    /// was measured; true when no penalty contradicts it.
+    pub agrees_with_kernel: bool,
+    pub elapsed_s: f64,
+    pub logical_sector_size: u64,
+    /// Median misaligned ÷ aligned latency of 64 KiB writes; None when no
+    /// penalty was measured.
+    pub penalty: Option<f64>,
+    pub writes: u64,
+}
+
+/// Probes the device behind `dev` (any descriptor: it is reopened
+/// read-write with O_DIRECT). Refuses a device that is mounted or held.
+pub fn probe(dev: &File, opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
+    let begin = Instant::now();
+    let link = PathBuf::from(format!("/proc/self/fd/{}", dev.as_raw_fd()));
+    let path = std::fs::read_link(&link).unwrap_or(link);
+    // Our own description: finding the size seeks, which would move the
+    // caller's file offset.
+    let file = bench::reopen_direct(dev)?;
+    bench::safety::check_unused(&file, &path, &opts.sys)?;
+    let info = bench::device_info(&file, &opts.sys)?;
+    let slots = info.size.min(REGION) / GRID;
+    if slots < MIN_SLOTS {
+        return Err(ProbeError::Invalid(format!(
+            "{} bytes is too small to probe: needs {}",
+            info.size,
+            MIN_SLOTS.saturating_mul(GRID)
+        )));
+    }
+    let seed = opts.seed.map_or_else(Rng::from_clock, Rng::new);
+    let mut meter = Meter { file: &file, rng: seed, slots: slots - 1, writes: 0 };
+    let found = infer(&mut meter, info.logical)?;
+    Ok(conclude(found, info.logical, info.kernel, begin, meter.writes))
+}
+
+/// What the stages concluded, before comparing with the kernel.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Found {
+    physical: u64,
+    offset: u64,
+    confidence: f64,
+    penalty: Option<f64>,
+}
+
+fn infer(meter: &mut Meter, logical: u64) -> Result<Found, ProbeError> {
+    let (first, locate) = match locate(meter, logical)? {
+        Located::At(first, outcome) => (first, outcome),
+        Located::Nowhere(confidence) => {
+            return Ok(Found { physical: logical, offset: 0, confidence, penalty: None })
+        }
+    };
+    let Some((physical, knee_confidence)) = knee(meter, logical, first)? else {
+        // The located offset was a fluke: every size costs the same there.
+        return Ok(Found { physical: logical, offset: 0, confidence: 0.0, penalty: None });
+    };
+    let (offset, sweep_confidence) = sweep(meter, logical, physical, first)?;
+    Ok(Found {
+        physical,
+        offset,
+        confidence: locate.confidence.min(knee_confidence).min(sweep_confidence),
+        penalty: Some(locate.penalty),
+    })
+}
+
+enum Located {
+    /// The first fast offset, and the stage's outcome.
+    At(u64, Outcome),
+    /// No fast offset up to 64 KiB; how uniform the latencies were.
+    Nowhere(f64),
+}
+
+/// Stage 1a: a fast offset for the largest write, in windows doubling up
+/// to 64 KiB.
+fn locate(meter: &mut Meter, logical: u64) -> Result<Located, ProbeError> {
+    let mut window = (2 * logical).max(4096);
+    loop {
+        let cells = offsets(logical, window).map(|o| (LARGEST, o)).collect::<Vec<_>>();
+        let out = meter.classify(&cells)?;
+        // Fast offsets recur every P >= 2 sectors, so they are at most half:
+        // a larger "fast" cluster means a few slow outliers, not a penalty.
+        let minority = out.fast.as_ref().filter(|m| 2 * m.iter().filter(|&&f| f).count() <= m.len());
+        if let Some(i) = minority.and_then(|m| m.iter().position(|&f| f)) {
+            return Ok(Located::At(cells[i].1, out));
+        }
+        if window >= LARGEST {
+            return Ok(Located::Nowhere(out.confidence));
+        }
+        window *= 2;
+    }
+}
+
+fn offsets(logical: u64, below: u64) -> impl Iterator<Item = u64> {
+    (0..below / logical).map(move |i| i * logical)
+}
+
+/// Stage 1b: the smallest fast size at a fast offset, and the confidence
+/// (halved when sizes above it are not all fast); None when all sizes cost
+/// the same.
+fn knee(meter: &mut Meter, logical: u64, at: u64) -> Result<Option<(u64, f64)>, ProbeError> {
+    let sizes: Vec<u64> = std::iter::successors(Some(logical), |s| Some(s * 2))
+        .take_while(|&s| s <= LARGEST)
+        .collect();
+    let cells: Vec<(u64, u64)> = sizes.iter().map(|&s| (s, at)).collect();
+    let out = meter.classify(&cells)?;
+    let Some(mask) = out.fast else {
+        return Ok(None);
+    };
+    let knee = mask.iter().position(|&f| f).unwrap_or(sizes.len() - 1);
+    let monotonic = mask.iter().enumerate().all(|(i, &f)| f == (i >= knee));
+    Ok(Some((sizes[knee], out.confidence * if monotonic { 1.0 } else { 0.5 })))
+}
+
+/// Stage 2: the one fast offset below `physical`; it must match the
+/// located one, else that one is kept at half the confidence.
+fn sweep(meter: &mut Meter, logical: u64, physical: u64, located: u64) -> Result<(u64, f64), ProbeError> {
+    let cells: Vec<(u64, u64)> = offsets(logical, physical).map(|o| (physical, o)).collect();
+    let out = meter.classify(&cells)?;
+    let fast: Vec<u64> = match &out.fast {
+        Some(mask) => cells.iter().zip(mask).filter(|(_, &f)| f).map(|(c, _)| c.1).collect(),
+        None => Vec::new(),
+    };
+    match fast[..] {
+        [offset] if offset == located % physical => Ok((offset, out.confidence)),
+        _ => Ok((located % physical, out.confidence * 0.5)),
+    }
+}
+
+/// A stage's verdict on its cells.
+struct Outcome {
+    /// Which cells are fast; None when all cost the same.
+    fast: Option<Vec<bool>>,
+    confidence: f64,
+    /// Median of slow cells' medians ÷ that of fast cells.
+    penalty: f64,
+}
+
+struct Meter<'a> {
+    file: &'a File,
+    rng: Rng,
+    /// Positions are k * GRID + offset for k below this.
+    slots: u64,
+    writes: u64,
+}
+
+impl Meter<'_> {
+    /// Measures (size, offset) cells in rounds until two consecutive
+    /// splits agree (at least MIN_ROUNDS, at most MAX_ROUNDS).
+    fn classify(&mut self, cells: &[(u64, u64)]) -> Result<Outcome, ProbeError> {
+        let mut samples = vec![Vec::new(); cells.len()];
+        let mut previous = None;
+        for round in 1..=MAX_ROUNDS {
+            self.round(cells, &mut samples)?;
+            if round < MIN_ROUNDS {
+                continue;
+            }
+            let medians: Vec<f64> = samples.iter().map(|s| stats::median(s)).collect();
+            let fast = stats::split(&medians);
+            let stable = previous.as_ref() == Some(&fast);
+            if stable || round == MAX_ROUNDS {
+                return Ok(outcome(fast, &samples, &medians, stable));
+            }
+            previous = Some(fast);
+        }
+        unreachable!("the last round returns")
+    }
+
+    /// One write per cell at a random grid slot, in random order.
+    fn round(&mut self, cells: &[(u64, u64)], samples: &mut [Vec<f64>]) -> Result<(), ProbeError> {
+        let mut requests: Vec<Request> = cells
+            .iter()
+            .enumerate()
+            .map(|(cell, &(size, offset))| {
+                let pos = self.rng.below(self.slots) * GRID + offset;
+                Request { cell, pos, size }
+            })
+            .collect();
+        self.rng.shuffle(&mut requests);
+        let latencies = execute(self.file, &requests, Mode::Write, &mut || {})?;
+        for (req, lat) in requests.iter().zip(latencies) {
+            samples[req.cell].push(lat.as_secs_f64() * 1e6);
+        }
+        self.writes += requests.len() as u64;
+        Ok(())
+    }
+}
+
+fn outcome(fast: Option<Vec<bool>>, samples: &[Vec<f64>], medians: &[f64], stable: bool) -> Outcome {
+    let unstable = if stable { 1.0 } else { 0.5 };
+    let Some(mask) = fast else {
+        return Outcome { fast: None, confidence: stats::uniformity(medians) * unstable, penalty: 1.0 };
+    };
+    let pick = |want: bool| -> (Vec<f64>, Vec<f64>) {
+        let cells = mask.iter().zip(samples).zip(medians).filter(|((&f, _), _)| f == want);
+        let (s, m): (Vec<&Vec<f64>>, Vec<f64>) = cells.map(|((_, s), m)| (s, *m)).unzip();
+        (s.into_iter().flatten().copied().collect(), m)
+    };
+    let (fast_samples, fast_medians) = pick(true);
+    let (slow_samples, slow_medians) = pick(false);
+    Outcome {
+        confidence: stats::separation(&fast_samples, &slow_samples) * unstable,
+        penalty: stats::median(&slow_medians) / stats::median(&fast_medians),
+        fast: Some(mask),
+    }
+}
+
+fn conclude(
+    found: Found,
+    logical: u64,
+    kernel: Option<KernelView>,
+    begin: Instant,
+    writes: u64,
+) -> ProbeResult {
+    let agrees = match (found.penalty, kernel) {
+        (None, _) => true,
+        (Some(_), Some(k)) => {
+            k.physical_sector_size == found.physical
+                && k.alignment_offset % found.physical == found.offset
+        }
+        (Some(_), None) => false,
+    };
+    ProbeResult {
+        physical_sector_size: found.physical,
+        alignment_offset: found.offset,
+        lowest_aligned_lba: found.offset / logical,
+        confidence: (found.confidence * 100.0).round() / 100.0,
+        kernel,
+        agrees_with_kernel: agrees,
+        elapsed_s: begin.elapsed().as_secs_f64(),
+        logical_sector_size: logical,
+        penalty: found.penalty,
+        writes,
+    }
+}
+
+impl ProbeResult {
+    /// One sentence for a human, naming `path`.
+    pub fn sentence(&self, path: &Path) -> String {
+        let p = path.display();
+        let (physical, offset, lba) =
+            (self.physical_sector_size, self.alignment_offset, self.lowest_aligned_lba);
+        let Some(penalty) = self.penalty else {
+            return format!(
+                "{p}: no measurable penalty at any offset for writes of {} to {LARGEST} bytes: nothing to align beyond the {}-byte logical sector",
+                self.logical_sector_size, self.logical_sector_size
+            );
+        };
+        let at = format!("aligned at byte {offset} (LBA {lba}), misaligned writes {penalty:.1}× slower");
+        match self.kernel {
+            Some(k) if k.physical_sector_size != physical => format!(
+                "{p}: reports {}-byte physical sectors but behaves like {physical}, {at}: the kernel is wrong about this drive",
+                k.physical_sector_size
+            ),
+            Some(k) if !self.agrees_with_kernel => format!(
+                "{p}: {physical}-byte physical sectors as reported, but {at} where the kernel says byte {}: the kernel is wrong about this drive",
+                k.alignment_offset
+            ),
+            Some(_) => format!("{p}: behaves like {physical}-byte physical sectors {at}, as the kernel reports"),
+            None => format!("{p}: behaves like {physical}-byte physical sectors {at}"),
+        }
+    }
+}

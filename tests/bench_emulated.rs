@@ -1,0 +1,157 @@
+//! `blkalign bench` on emulated drives: the penalty shows, default writes
+//! change nothing, and unsafe writes are refused.
+
+mod common;
+
+use common::emulate::EmulatedDrive;
+use sha2::{Digest, Sha256};
+use std::io::{Read, Write};
+use std::sync::Mutex;
+
+const TOOLS: &[&str] = &["nbdkit", "nbdfuse", "losetup"];
+
+/// Timing tests disturb each other on two cores: one bench at a time.
+static TIMING: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn bench_json(args: &[&str]) -> serde_json::Value {
+    let out = common::blkalign().arg("bench").args(args).arg("--json").output().expect("run bench");
+    assert!(out.status.success(), "bench {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("bench --json prints JSON")
+}
+
+fn sha256(path: &std::path::Path) -> Vec<u8> {
+    let mut file = std::fs::File::open(path).expect("open device");
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).expect("read device");
+        if n == 0 {
+            return hasher.finalize().to_vec();
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+/// Fills the device with bytes that differ everywhere, so a write of
+/// anything else would show.
+fn fill(path: &std::path::Path, size: usize) {
+    let mut data = vec![0u8; size];
+    let mut x: u32 = 0x1234_5678;
+    for byte in &mut data {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        *byte = x as u8;
+    }
+    let mut file = std::fs::OpenOptions::new().write(true).open(path).expect("open device");
+    file.write_all(&data).expect("fill device");
+    file.sync_all().expect("sync device");
+}
+
+#[test]
+fn random_on_wd_ears_shows_the_penalty() {
+    if !common::needs(true, TOOLS) {
+        return;
+    }
+    let _serial = serial();
+    let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB"]);
+    let json = bench_json(&[drive.str(), "--pattern", "random", "--count", "200"]);
+    assert_eq!(json["version"], 1);
+    let results = json["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2, "offsets 0 and 512 by default");
+    for r in results {
+        for key in ["size", "offset", "step", "count", "msec", "iops", "kbps"] {
+            assert!(r[key].is_number(), "{key} in {r}");
+        }
+        assert!(r["lat_us"]["p50"].is_number() && r["lat_us"]["p95"].is_number(), "{r}");
+        assert_eq!(r["count"], 200);
+    }
+    let ratio = &json["ratios"][0];
+    eprintln!("wd-ears random: {ratio}");
+    assert_eq!((ratio["fast_offset"].as_u64(), ratio["slow_offset"].as_u64()), (Some(0), Some(512)));
+    assert!(ratio["ratio"].as_f64().expect("ratio") >= 2.5, "{ratio}");
+}
+
+#[test]
+fn default_writes_leave_every_byte_unchanged() {
+    if !common::needs(true, TOOLS) {
+        return;
+    }
+    let _serial = serial();
+    let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "16MiB", "--latency-ms", "0"]);
+    fill(&drive.device, 16 << 20);
+    let before = sha256(&drive.device);
+    bench_json(&[drive.str(), "--pattern", "random", "--count", "300"]);
+    bench_json(&[drive.str(), "--pattern", "phybs", "--count", "20"]);
+    bench_json(&[drive.str(), "--pattern", "stride", "--total", "256KiB", "--stride", "8KiB"]);
+    common::blkalign().args(["probe", drive.str()]).assert().code(predicates::ord::le(1));
+    assert_eq!(sha256(&drive.device), before, "a default bench or probe changed the data");
+}
+
+#[test]
+fn destructive_needs_yes() {
+    if !common::needs(true, TOOLS) {
+        return;
+    }
+    let drive = EmulatedDrive::start(&["--preset", "native-512", "--size", "16MiB", "--latency-ms", "0"]);
+    fill(&drive.device, 1 << 20);
+    let before = sha256(&drive.device);
+    let args = ["bench", drive.str(), "--destructive", "--count", "10"];
+    common::blkalign()
+        .args(args)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("--yes"));
+    assert_eq!(sha256(&drive.device), before);
+    common::blkalign().args(args).arg("--yes").assert().success();
+    assert_ne!(sha256(&drive.device), before, "--destructive --yes writes its pattern");
+}
+
+#[test]
+fn mounted_target_is_refused() {
+    if !common::needs(true, &["nbdkit", "nbdfuse", "losetup", "mkfs.ext4", "mount", "umount"]) {
+        return;
+    }
+    let drive = EmulatedDrive::start(&["--preset", "native-512", "--size", "16MiB", "--latency-ms", "0"]);
+    common::run("mkfs.ext4", &["-q", "-F", drive.str()]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let point = dir.path().to_str().expect("utf-8 path");
+    common::run("mount", &[drive.str(), point]);
+    let bench = common::blkalign().args(["bench", drive.str(), "--count", "5"]).output();
+    let probe = common::blkalign().args(["probe", drive.str()]).output();
+    let read = common::blkalign().args(["bench", drive.str(), "--read", "--count", "5"]).output();
+    common::run("umount", &[point]);
+    for out in [bench, probe] {
+        let out = out.expect("run blkalign");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("in use") && stderr.contains(point), "{stderr}");
+    }
+    assert!(read.expect("run blkalign").status.success(), "reading a mounted device is fine");
+}
+
+#[test]
+fn phybs_matrix_and_svg() {
+    if !common::needs(true, TOOLS) {
+        return;
+    }
+    let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "16MiB", "--latency-ms", "0"]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let svg = dir.path().join("penalty.svg");
+    let svg_arg = svg.to_str().expect("utf-8 path");
+    let json = bench_json(&[drive.str(), "--pattern", "phybs", "--count", "5", "--svg", svg_arg]);
+    let cells: Vec<(u64, u64, u64)> = json["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| (r["size"].as_u64().unwrap_or(0), r["offset"].as_u64().unwrap_or(0), r["step"].as_u64().unwrap_or(0)))
+        .collect();
+    assert_eq!(cells.len(), 15, "sizes 512..4096, every 512-byte offset below each");
+    assert!(cells.contains(&(4096, 3584, 16384)) && cells.contains(&(1024, 512, 4096)));
+    let text = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(text.starts_with("<svg") && text.matches("<polyline").count() == 4, "{text}");
+}
