@@ -13,6 +13,8 @@
 
 mod preset;
 mod stack;
+
+pub use stack::which;
 mod state;
 
 pub use preset::{preset, Geometry, Preset, DEFAULT_LATENCY_MS, PRESETS};

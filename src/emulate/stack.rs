@@ -98,7 +98,8 @@ fn preflight() -> Result<(), EmulateError> {
     Ok(())
 }
 
-fn which(tool: &str) -> Option<PathBuf> {
+/// Where a tool is, looking in sbin too (non-root PATHs often lack it).
+pub fn which(tool: &str) -> Option<PathBuf> {
     let path = std::env::var("PATH").unwrap_or_default();
     let found = path
         .split(':')

@@ -93,28 +93,7 @@ pub fn open_direct(path: &Path) -> File {
         .unwrap_or_else(|e| panic!("open {} O_DIRECT: {e}", path.display()))
 }
 
-/// A buffer aligned to 4096 bytes, as O_DIRECT needs.
-pub struct AlignedBuf {
-    storage: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    pub fn new(len: usize, fill: u8) -> AlignedBuf {
-        let storage = vec![fill; len + 4096];
-        let start = storage.as_ptr().align_offset(4096);
-        AlignedBuf { storage, start, len }
-    }
-
-    pub fn bytes(&self) -> &[u8] {
-        &self.storage[self.start..self.start + self.len]
-    }
-
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + self.len]
-    }
-}
+pub use blkalign::bench::io::AlignedBuf;
 
 /// How long one O_DIRECT write of `buf` at `offset` takes.
 pub fn time_write(file: &File, offset: u64, buf: &AlignedBuf) -> Duration {

@@ -17,16 +17,7 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// Where a tool is, looking in sbin too (non-root PATHs often lack it).
-pub fn which(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var("PATH").unwrap_or_default();
-    let found = path
-        .split(':')
-        .chain(["/usr/local/sbin", "/usr/sbin", "/sbin"])
-        .map(|dir| Path::new(dir).join(tool))
-        .find(|p| p.is_file());
-    found
-}
+pub use blkalign::emulate::which;
 
 /// True when the test can run; otherwise says why, and fails under strict.
 pub fn needs(root: bool, tools: &[&str]) -> bool {
