@@ -182,7 +182,7 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
 
 /// Replace the reported geometry by the measured one, unless overridden.
 fn apply_probe(topology: &mut Topology, root: &SysRoot, file: &File, path: &Path) {
-    let opts = probe::ProbeOptions { seed: None, sys: root.sys.clone() };
+    let opts = probe::ProbeOptions { sys: root.sys.clone(), ..Default::default() };
     let result = match probe::probe(file, &opts) {
         Ok(r) => r,
         Err(err) => {

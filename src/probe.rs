@@ -20,6 +20,7 @@
 use crate::bench::{self, io::execute, rng::Rng, stats, KernelView, Mode, Request};
 use serde::Serialize;
 use std::fs::File;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -45,11 +46,14 @@ pub struct ProbeOptions {
     pub seed: Option<u64>,
     /// sysfs, for the kernel's view and the in-use check.
     pub sys: PathBuf,
+    /// Byte ranges the writes must stay inside (e.g. unallocated space);
+    /// None for the first GiB.
+    pub within: Option<Vec<Range<u64>>>,
 }
 
 impl Default for ProbeOptions {
     fn default() -> Self {
-        ProbeOptions { seed: None, sys: PathBuf::from("/sys") }
+        ProbeOptions { seed: None, sys: PathBuf::from("/sys"), within: None }
     }
 }
 
@@ -86,18 +90,46 @@ pub fn probe(dev: &File, opts: &ProbeOptions) -> Result<ProbeResult, ProbeError>
     let file = bench::reopen_direct(dev)?;
     bench::safety::check_unused(&file, &path, &opts.sys)?;
     let info = bench::device_info(&file, &opts.sys)?;
-    let slots = info.size.min(REGION) / GRID;
-    if slots < MIN_SLOTS {
+    let whole = [0..info.size.min(REGION)];
+    let slots = slots(opts.within.as_deref().unwrap_or(&whole), info.size);
+    if (slots.len() as u64) < MIN_SLOTS {
         return Err(ProbeError::Invalid(format!(
-            "{} bytes is too small to probe: needs {}",
-            info.size,
-            MIN_SLOTS.saturating_mul(GRID)
+            "too little room to probe: needs {} aligned {GRID}-byte slots, found {}",
+            MIN_SLOTS,
+            slots.len()
         )));
     }
     let seed = opts.seed.map_or_else(Rng::from_clock, Rng::new);
-    let mut meter = Meter { file: &file, rng: seed, slots: slots - 1, writes: 0 };
+    let mut meter = Meter { file: &file, rng: seed, slots, writes: 0 };
     let found = infer(&mut meter, info.logical)?;
     Ok(conclude(found, info.logical, info.kernel, begin, meter.writes))
+}
+
+/// Starts of the GRID-aligned slots lying whole inside `ranges` and the
+/// device, at most a REGION's worth: the last slot of a range is left out so
+/// that offset + size never crosses its end.
+fn slots(ranges: &[Range<u64>], size: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    for r in ranges {
+        let end = r.end.min(size);
+        let mut at = r.start.div_ceil(GRID).saturating_mul(GRID);
+        while at.saturating_add(2 * GRID) <= end && (out.len() as u64) < REGION / GRID {
+            out.push(at);
+            at += GRID;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[test]
+fn slots_stay_whole_inside_their_ranges() {
+    assert_eq!(slots(&[0..4 * GRID], u64::MAX), [0, GRID, 2 * GRID]);
+    assert_eq!(slots(&[1..4 * GRID + 5], 3 * GRID), [GRID]);
+    assert_eq!(slots(&[GRID - 1..3 * GRID], u64::MAX), [GRID]);
+    assert!(slots(&[GRID - 1..3 * GRID - 1], u64::MAX).is_empty());
+    assert!(slots(&[0..GRID], u64::MAX).is_empty());
+    assert_eq!(slots(&[0..u64::MAX], u64::MAX).len() as u64, REGION / GRID);
 }
 
 /// What the stages concluded, before comparing with the kernel.
@@ -204,8 +236,8 @@ struct Outcome {
 struct Meter<'a> {
     file: &'a File,
     rng: Rng,
-    /// Positions are k * GRID + offset for k below this.
-    slots: u64,
+    /// Positions are one of these plus an offset below GRID.
+    slots: Vec<u64>,
     writes: u64,
 }
 
@@ -237,7 +269,8 @@ impl Meter<'_> {
             .iter()
             .enumerate()
             .map(|(cell, &(size, offset))| {
-                let pos = self.rng.below(self.slots) * GRID + offset;
+                let slot = self.rng.below(self.slots.len() as u64) as usize;
+                let pos = self.slots.get(slot).copied().unwrap_or(0) + offset;
                 Request { cell, pos, size }
             })
             .collect();

@@ -135,6 +135,39 @@ pub struct Layout {
     pub mbr: Option<MbrInfo>,
 }
 
+impl Layout {
+    /// Byte ranges no partition claims: the gaps between partitions and
+    /// after the last, up to the last usable LBA. Space before the first
+    /// partition is never free (boot loaders live there), nor is an extended
+    /// partition (EBRs live there). A disk without a table has none: it may
+    /// hold a file system directly.
+    pub fn free_ranges(&self, size_bytes: u64) -> Vec<std::ops::Range<u64>> {
+        let ss = self.sector_size;
+        let end = match &self.gpt {
+            Some(g) => g.last_usable_lba.saturating_add(1).saturating_mul(ss).min(size_bytes),
+            None => size_bytes,
+        };
+        let mut used: Vec<(u64, u64)> = self
+            .partitions
+            .iter()
+            .map(|p| (p.start.saturating_mul(ss), p.start.saturating_add(p.size).saturating_mul(ss)))
+            .collect();
+        used.sort_unstable();
+        let mut free = Vec::new();
+        let Some(&(_, mut cursor)) = used.first() else { return free };
+        for &(start, stop) in &used[1..] {
+            if start > cursor {
+                free.push(cursor..start);
+            }
+            cursor = cursor.max(stop);
+        }
+        if end > cursor {
+            free.push(cursor..end);
+        }
+        free
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
     #[error("cannot read the partition table: {0}")]
@@ -423,6 +456,16 @@ mod tests {
 
     fn read_img(img: &[u8], ss: u64) -> Layout {
         read(&img.to_vec(), ss, img.len() as u64).unwrap()
+    }
+
+    #[test]
+    fn free_ranges_skip_partitions_extended_and_the_boot_gap() {
+        let mbr = read_img(&mbr_extended(), 512);
+        assert_eq!(mbr.free_ranges(512 * 512), [320 * 512..512 * 512]);
+        let gpt = read_img(&gpt_image(512, 4096, 128, &[(2048, 2099, "a"), (3000, 3099, "b")]), 512);
+        let last = gpt.gpt.as_ref().unwrap().last_usable_lba;
+        assert_eq!(gpt.free_ranges(4096 * 512), [2100 * 512..3000 * 512, 3100 * 512..(last + 1) * 512]);
+        assert!(read_img(&[0u8; 8192], 512).free_ranges(8192).is_empty());
     }
 
     #[test]
