@@ -21,10 +21,21 @@ fn io_error(path: &Path, e: impl Into<std::io::Error>) -> ExclusiveError {
 }
 
 /// A block device node with its kernel name and "major:minor".
-struct Node {
-    name: String,
-    dev: String,
-    holders: PathBuf,
+pub(crate) struct Node {
+    pub name: String,
+    pub dev: String,
+    pub holders: PathBuf,
+}
+
+impl Node {
+    /// The node described by a sysfs directory (SYS/block/sda/sda1).
+    pub(crate) fn of_dir(dir: &Path) -> Option<Node> {
+        Some(Node {
+            name: dir.file_name()?.to_str()?.to_string(),
+            dev: read_text(&dir.join("dev")).unwrap_or_default(),
+            holders: dir.join("holders"),
+        })
+    }
 }
 
 /// Refuse a disk that is mounted, held (LVM, MD, dm-crypt), or opened
@@ -40,40 +51,34 @@ pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveErro
             None => Ok(()),
         };
     };
-    let nodes = nodes(root, name);
+    match first_user(root, &nodes(root, name)) {
+        Some(why) => busy(why),
+        None => Ok(()),
+    }
+}
+
+/// Who uses the first of `nodes` that is in use, in words.
+pub(crate) fn first_user(root: &SysRoot, nodes: &[Node]) -> Option<String> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    for node in &nodes {
+    nodes.iter().find_map(|node| {
         if let Some(point) = mounted(&mountinfo, &node.dev) {
-            return busy(format!("{} is mounted on {point}", node.name));
+            return Some(format!("{} is mounted on {point}", node.name));
         }
         if let Some(holder) = first_entry(&node.holders) {
-            return busy(format!("{} is held by {holder} (LVM, MD RAID or dm-crypt)", node.name));
+            return Some(format!("{} is held by {holder} (LVM, MD RAID or dm-crypt)", node.name));
         }
-        if claimed(&root.dev.join(&node.name)) {
-            return busy(format!(
-                "{} is open exclusively (swap, a file system or another tool)",
-                node.name
-            ));
-        }
-    }
-    Ok(())
+        claimed(&root.dev.join(&node.name)).then(|| {
+            format!("{} is open exclusively (swap, a file system or another tool)", node.name)
+        })
+    })
 }
 
 /// The disk and its partitions, from SYS/block/NAME.
 fn nodes(root: &SysRoot, name: &str) -> Vec<Node> {
     let disk = root.sys.join("block").join(name);
-    let node = |dir: &Path, name: &str| Node {
-        name: name.to_string(),
-        dev: read_text(&dir.join("dev")).unwrap_or_default(),
-        holders: dir.join("holders"),
-    };
-    let mut out = vec![node(&disk, name)];
+    let mut out: Vec<Node> = Node::of_dir(&disk).into_iter().collect();
     let entries = fs::read_dir(&disk).into_iter().flatten().flatten();
-    for entry in entries.filter(|e| partition_number(&e.path()).is_some()) {
-        if let Some(part) = entry.file_name().to_str() {
-            out.push(node(&entry.path(), part));
-        }
-    }
+    out.extend(entries.filter(|e| partition_number(&e.path()).is_some()).filter_map(|e| Node::of_dir(&e.path())));
     out
 }
 
