@@ -459,6 +459,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // a list of one range
     fn free_ranges_skip_partitions_extended_and_the_boot_gap() {
         let mbr = read_img(&mbr_extended(), 512);
         assert_eq!(mbr.free_ranges(512 * 512), [320 * 512..512 * 512]);
