@@ -17,7 +17,7 @@
 //! and stops once two rounds in a row agree. Writes are non-destructive:
 //! each writes back the bytes read there before the round.
 
-use crate::bench::{self, io::execute, rng::Rng, stats, KernelView, Mode, Request};
+use crate::bench::{self, io::execute, rng::Rng, stats, Engine, KernelView, Mode, Request};
 use serde::Serialize;
 use std::fs::File;
 use std::ops::Range;
@@ -276,7 +276,7 @@ impl Meter<'_> {
             })
             .collect();
         self.rng.shuffle(&mut requests);
-        let latencies = execute(self.file, &requests, Mode::Write, &mut || {})?;
+        let latencies = execute(self.file, &requests, Mode::Write, Engine::Psync, &mut || {})?;
         for (req, lat) in requests.iter().zip(latencies) {
             samples[req.cell].push(lat.as_secs_f64() * 1e6);
         }

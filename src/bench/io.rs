@@ -1,7 +1,7 @@
 //! O_DIRECT access: aligned buffers, opening, device facts, and running a
 //! list of timed requests without changing the data on the device.
 
-use super::{BenchError, Request};
+use super::{BenchError, Engine, Request};
 use rustix::fs::OFlags;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
@@ -144,14 +144,24 @@ pub fn execute(
     file: &File,
     requests: &[Request],
     mode: Mode,
+    engine: Engine,
     done: &mut dyn FnMut(),
 ) -> Result<Vec<Duration>, BenchError> {
     let mut latencies = Vec::with_capacity(requests.len());
     for chunk in chunks(requests) {
         let mut bufs = prepare(file, chunk, mode)?;
-        for (req, buf) in chunk.iter().zip(&mut bufs) {
-            latencies.push(timed(file, req, buf, mode)?);
-            done();
+        match engine {
+            Engine::Psync => {
+                for (req, buf) in chunk.iter().zip(&mut bufs) {
+                    latencies.push(timed(file, req, buf, mode)?);
+                    done();
+                }
+            }
+            #[cfg(feature = "io_uring")]
+            Engine::IoUring { depth } => {
+                let write = mode != Mode::Read;
+                latencies.extend(super::uring::run_chunk(file, chunk, bufs, write, depth, done)?);
+            }
         }
     }
     Ok(latencies)

@@ -12,6 +12,8 @@ pub mod rng;
 pub mod safety;
 pub mod stats;
 pub mod svg;
+#[cfg(feature = "io_uring")]
+pub mod uring;
 
 pub use io::{device_info, open_direct, reopen_direct, DeviceInfo, KernelView, Mode};
 pub use plan::{Cell, Plan, Span};
@@ -70,8 +72,31 @@ pub struct Ratio {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
     pub version: u32,
+    /// "psync" or "io_uring".
+    pub engine: &'static str,
+    pub iodepth: u32,
     pub results: Vec<CellResult>,
     pub ratios: Vec<Ratio>,
+}
+
+/// How requests are issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// One pwrite/pread at a time, as fio's psync.
+    Psync,
+    /// Up to `depth` requests in flight through io_uring.
+    #[cfg(feature = "io_uring")]
+    IoUring { depth: u32 },
+}
+
+impl Engine {
+    fn describe(self) -> (&'static str, u32) {
+        match self {
+            Engine::Psync => ("psync", 1),
+            #[cfg(feature = "io_uring")]
+            Engine::IoUring { depth } => ("io_uring", depth),
+        }
+    }
 }
 
 /// Runs `plan` on `file` (opened by [`open_direct`]); `done` is told after
@@ -80,24 +105,29 @@ pub fn run(
     file: &std::fs::File,
     plan: &Plan,
     mode: Mode,
+    engine: Engine,
     rng: &mut Rng,
     done: &mut dyn FnMut(),
 ) -> Result<Report, BenchError> {
     let requests = plan::schedule(plan, rng);
-    let latencies = io::execute(file, &requests, mode, done)?;
+    let latencies = io::execute(file, &requests, mode, engine, done)?;
     let mut samples = vec![Vec::new(); plan.cells.len()];
     for (req, lat) in requests.iter().zip(latencies) {
         samples[req.cell].push(lat.as_secs_f64() * 1e6);
     }
+    let (name, iodepth) = engine.describe();
     let results: Vec<CellResult> =
-        plan.cells.iter().zip(&samples).map(|(c, s)| summarise(c, s)).collect();
+        plan.cells.iter().zip(&samples).map(|(c, s)| summarise(c, s, iodepth)).collect();
     let ratios = ratios(&results);
-    Ok(Report { version: 1, results, ratios })
+    let engine = name;
+    Ok(Report { version: 1, engine, iodepth, results, ratios })
 }
 
-fn summarise(cell: &Cell, samples_us: &[f64]) -> CellResult {
+/// With `depth` requests always in flight, busy time is the summed
+/// latency over the depth (Little's law); at depth 1 it is the sum.
+fn summarise(cell: &Cell, samples_us: &[f64], depth: u32) -> CellResult {
     let count = samples_us.len() as u64;
-    let msec = samples_us.iter().sum::<f64>() / 1000.0;
+    let msec = samples_us.iter().sum::<f64>() / 1000.0 / f64::from(depth.max(1));
     let (iops, kbps) = stats::rates(count, cell.size, msec);
     CellResult {
         size: cell.size,
@@ -153,7 +183,7 @@ mod tests {
     #[test]
     fn summary_arithmetic() {
         let c = Cell { size: 4096, offset: 512, step: 4096, positions: vec![] };
-        let r = summarise(&c, &[1000.0, 3000.0]);
+        let r = summarise(&c, &[1000.0, 3000.0], 1);
         assert_eq!((r.count, r.msec, r.iops, r.kbps), (2, 4.0, 500.0, 2048.0));
         assert_eq!(r.lat_us.p50, 2000.0);
     }

@@ -81,6 +81,14 @@ pub struct Args {
     #[arg(long)]
     yes: bool,
 
+    /// How requests are issued: psync (one at a time) or io_uring.
+    #[arg(long, value_enum, default_value_t = EngineArg::Psync)]
+    engine: EngineArg,
+
+    /// io_uring: requests in flight at once.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    iodepth: u32,
+
     /// Print {"version":1,"results":[...],"ratios":[...]}.
     #[arg(long)]
     json: bool,
@@ -118,7 +126,8 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let span = Span { start: 0, len: args.span.unwrap_or(info.size).min(info.size) };
     let plan = make_plan(&args, info.logical, span, &mut rng)?;
     let bar = progress(&plan);
-    let report = bench::run(&file, &plan, mode, &mut rng, &mut || bar.inc(1))?;
+    let engine = engine(args.engine, args.iodepth);
+    let report = bench::run(&file, &plan, mode, engine, &mut rng, &mut || bar.inc(1))?;
     bar.finish_and_clear();
     if let Some(path) = &args.svg {
         std::fs::write(path, bench::svg::render(&report.results))
@@ -182,4 +191,27 @@ fn table(report: &Report) -> String {
         );
     }
     out
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum EngineArg {
+    Psync,
+    #[value(name = "io_uring", alias = "io-uring")]
+    IoUring,
+}
+
+/// The engine asked for, or psync with a word on stderr when io_uring
+/// cannot be had (not built in, or refused by this kernel or sandbox).
+fn engine(asked: EngineArg, depth: u32) -> bench::Engine {
+    if asked == EngineArg::Psync {
+        return bench::Engine::Psync;
+    }
+    #[cfg(feature = "io_uring")]
+    match bench::uring::check(depth) {
+        Ok(()) => return bench::Engine::IoUring { depth },
+        Err(e) => eprintln!("blkalign: io_uring is unavailable here ({e}); using psync"),
+    }
+    #[cfg(not(feature = "io_uring"))]
+    eprintln!("blkalign: built without the io_uring feature (queue depth {depth} ignored); using psync");
+    bench::Engine::Psync
 }
