@@ -127,7 +127,9 @@ impl Geometry {
             end_aligned_physical: is_aligned(end_bytes, self.physical, off),
             verdict,
             misalignment_bytes: skew,
-            nearest_aligned_before: (!aligned_physical).then(|| self.lba_down(start_bytes)).flatten(),
+            nearest_aligned_before: (!aligned_physical)
+                .then(|| self.lba_down(start_bytes))
+                .flatten(),
             nearest_aligned_after: (!aligned_physical).then(|| self.lba_up(start_bytes)).flatten(),
             cost: (!aligned_physical).then(|| self.cost(skew)),
         })
@@ -154,9 +156,12 @@ impl Geometry {
     fn cost(&self, skew: u64) -> String {
         let touched = skew.saturating_add(WRITE_SIZE).div_ceil(self.physical);
         let what = if touched > 1 {
-            format!("straddles {touched} physical sectors: the drive reads, modifies and rewrites each")
+            format!(
+                "straddles {touched} physical sectors: the drive reads, modifies and rewrites each"
+            )
         } else {
-            "covers part of a physical sector: the drive reads, modifies and rewrites it".to_string()
+            "covers part of a physical sector: the drive reads, modifies and rewrites it"
+                .to_string()
         };
         format!(
             "starts {skew} bytes past a {}-byte physical sector boundary: every 4 KiB write {what}",
@@ -248,12 +253,15 @@ mod tests {
 
     #[test]
     fn every_start_up_to_4_mib() {
-        for (logical, physical, offset) in [(512, 4096, 0), (512, 4096, 3584), (512, 8192, 0), (4096, 4096, 0)] {
+        for (logical, physical, offset) in
+            [(512, 4096, 0), (512, 4096, 3584), (512, 8192, 0), (4096, 4096, 0)]
+        {
             let g = Geometry::new(logical, physical, offset, None, false);
             for lba in 0..(4 * MIB / logical) {
                 let v = g.judge(lba, 8).unwrap();
                 let bytes = lba * logical;
-                let on_phys = bytes >= offset % physical && (bytes - offset % physical) % physical == 0;
+                let on_phys =
+                    bytes >= offset % physical && (bytes - offset % physical) % physical == 0;
                 let on_mib = bytes >= offset && (bytes - offset) % MIB == 0;
                 assert_eq!(v.aligned_physical, on_phys, "{logical}/{physical}/{offset} LBA {lba}");
                 assert_eq!(v.aligned_1mib, on_mib, "{logical}/{physical}/{offset} LBA {lba}");

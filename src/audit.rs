@@ -129,7 +129,10 @@ impl DiskAudit {
 }
 
 /// Audit every whole disk on this machine.
-pub fn audit_machine(root: &SysRoot, opts: &Options) -> Result<Vec<DiskAudit>, device::DeviceError> {
+pub fn audit_machine(
+    root: &SysRoot,
+    opts: &Options,
+) -> Result<Vec<DiskAudit>, device::DeviceError> {
     Ok(device::list_disks(root)?.iter().map(|t| audit_target(root, t, opts)).collect())
 }
 
@@ -190,7 +193,11 @@ fn apply_probe(topology: &mut Topology, root: &SysRoot, file: &File, path: &Path
             return;
         }
     };
-    topology.notes.push(format!("probe: {} (confidence {:.2})", result.sentence(path), result.confidence));
+    topology.notes.push(format!(
+        "probe: {} (confidence {:.2})",
+        result.sentence(path),
+        result.confidence
+    ));
     if result.penalty.is_none() {
         return;
     }
@@ -262,7 +269,9 @@ fn check_kernel_view(
         found.iter().partition(|p| p.kind == PartKind::Extended);
     let mut ours: Vec<(u32, u64, u64)> = data
         .iter()
-        .filter_map(|p| Some((p.number, p.start.checked_mul(logical)?, p.size.checked_mul(logical)?)))
+        .filter_map(|p| {
+            Some((p.number, p.start.checked_mul(logical)?, p.size.checked_mul(logical)?))
+        })
         .collect();
     let extended: Vec<u32> = extended.iter().map(|p| p.number).collect();
     let mut kernel: Vec<(u32, u64, u64)> = device::kernel_partitions(root, name)
@@ -276,7 +285,10 @@ fn check_kernel_view(
         return;
     }
     let message = if kernel.is_empty() {
-        format!("the kernel knows none of these partitions: it has not read this table (partx -a {})", target.path.display())
+        format!(
+            "the kernel knows none of these partitions: it has not read this table (partx -a {})",
+            target.path.display()
+        )
     } else {
         "the kernel's partitions differ from the table on the disk: the table changed and was \
          not re-read (partprobe, or reboot if the disk is in use)"
@@ -286,7 +298,8 @@ fn check_kernel_view(
 }
 
 fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, selected: Option<u32>) {
-    let source = if audit.table == TableState::Unknown { PartSource::Kernel } else { PartSource::Table };
+    let source =
+        if audit.table == TableState::Unknown { PartSource::Kernel } else { PartSource::Table };
     for partition in found {
         let Some(verdict) = geometry.judge(partition.start, partition.size) else {
             audit.problems.push(Problem::new(
@@ -298,7 +311,8 @@ fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, sele
         let selected = selected == Some(partition.number);
         audit.partitions.push(PartitionAudit { partition, source, verdict, selected });
     }
-    if let Some(n) = selected.filter(|n| !audit.partitions.iter().any(|p| p.partition.number == *n)) {
+    if let Some(n) = selected.filter(|n| !audit.partitions.iter().any(|p| p.partition.number == *n))
+    {
         audit.problems.push(Problem::new(
             "selected_not_in_table",
             format!("partition {n} is known to the kernel but not found in the table"),

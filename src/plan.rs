@@ -1,8 +1,8 @@
 //! Planning aligned partition tables: where each partition of a request
 //! goes, before anything is written.
 
-use crate::table::types;
 use crate::align::{align_down, align_up, lcm, MIB};
+use crate::table::types;
 use serde::Serialize;
 
 /// Sectors per cylinder in the 224-head, 56-sector geometry: cylinder (and
@@ -380,7 +380,11 @@ pub fn parse_size(text: &str) -> Result<Size, String> {
         return p.trim().parse().map(Size::Percent).map_err(|_| format!("bad percentage {text:?}"));
     }
     if let Some(n) = t.strip_suffix(['s', 'S']) {
-        return n.trim().parse().map(Size::Sectors).map_err(|_| format!("bad sector count {text:?}"));
+        return n
+            .trim()
+            .parse()
+            .map(Size::Sectors)
+            .map_err(|_| format!("bad sector count {text:?}"));
     }
     crate::units::parse_bytes(t).map(Size::Bytes).ok_or_else(|| {
         format!("bad size {text:?} (use bytes, KiB, MiB, GiB, TiB, sectors as 2048s, N%, or rest)")

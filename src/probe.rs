@@ -178,7 +178,8 @@ fn locate(meter: &mut Meter, logical: u64) -> Result<Located, ProbeError> {
         let out = meter.classify(&cells)?;
         // Fast offsets recur every P >= 2 sectors, so they are at most half:
         // a larger "fast" cluster means a few slow outliers, not a penalty.
-        let minority = out.fast.as_ref().filter(|m| 2 * m.iter().filter(|&&f| f).count() <= m.len());
+        let minority =
+            out.fast.as_ref().filter(|m| 2 * m.iter().filter(|&&f| f).count() <= m.len());
         if let Some(i) = minority.and_then(|m| m.iter().position(|&f| f)) {
             return Ok(Located::At(cells[i].1, out));
         }
@@ -212,7 +213,12 @@ fn knee(meter: &mut Meter, logical: u64, at: u64) -> Result<Option<(u64, f64)>, 
 
 /// Stage 2: the one fast offset below `physical`; it must match the
 /// located one, else that one is kept at half the confidence.
-fn sweep(meter: &mut Meter, logical: u64, physical: u64, located: u64) -> Result<(u64, f64), ProbeError> {
+fn sweep(
+    meter: &mut Meter,
+    logical: u64,
+    physical: u64,
+    located: u64,
+) -> Result<(u64, f64), ProbeError> {
     let cells: Vec<(u64, u64)> = offsets(logical, physical).map(|o| (physical, o)).collect();
     let out = meter.classify(&cells)?;
     let fast: Vec<u64> = match &out.fast {
@@ -285,10 +291,19 @@ impl Meter<'_> {
     }
 }
 
-fn outcome(fast: Option<Vec<bool>>, samples: &[Vec<f64>], medians: &[f64], stable: bool) -> Outcome {
+fn outcome(
+    fast: Option<Vec<bool>>,
+    samples: &[Vec<f64>],
+    medians: &[f64],
+    stable: bool,
+) -> Outcome {
     let unstable = if stable { 1.0 } else { 0.5 };
     let Some(mask) = fast else {
-        return Outcome { fast: None, confidence: stats::uniformity(medians) * unstable, penalty: 1.0 };
+        return Outcome {
+            fast: None,
+            confidence: stats::uniformity(medians) * unstable,
+            penalty: 1.0,
+        };
     };
     let pick = |want: bool| -> (Vec<f64>, Vec<f64>) {
         let cells = mask.iter().zip(samples).zip(medians).filter(|((&f, _), _)| f == want);
@@ -345,7 +360,8 @@ impl ProbeResult {
                 self.logical_sector_size, self.logical_sector_size
             );
         };
-        let at = format!("aligned at byte {offset} (LBA {lba}), misaligned writes {penalty:.1}× slower");
+        let at =
+            format!("aligned at byte {offset} (LBA {lba}), misaligned writes {penalty:.1}× slower");
         match self.kernel {
             Some(k) if k.physical_sector_size != physical => format!(
                 "{p}: reports {}-byte physical sectors but behaves like {physical}, {at}: the kernel is wrong about this drive",

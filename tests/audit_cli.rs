@@ -8,7 +8,8 @@ use serde_json::Value;
 use std::path::Path;
 
 fn json_of(out: &[u8]) -> Value {
-    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
+    serde_json::from_slice(out)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
 }
 
 fn audit_json(args: &[&str]) -> (i32, Value) {
@@ -60,7 +61,10 @@ fn lba_63_is_misaligned_and_2048_aligned() {
     let (code, doc) = audit_json(&[old.str()]);
     assert_eq!(code, 1, "{doc}");
     let p = &doc["targets"][0]["partitions"][0];
-    assert_eq!((p["number"].as_u64(), p["start"].as_u64(), p["start_bytes"].as_u64()), (Some(1), Some(63), Some(32256)));
+    assert_eq!(
+        (p["number"].as_u64(), p["start"].as_u64(), p["start_bytes"].as_u64()),
+        (Some(1), Some(63), Some(32256))
+    );
     assert_eq!(p["verdict"], "misaligned");
     assert_eq!(p["aligned_physical"], false);
     assert_eq!(p["nearest_aligned_before"], 56);
@@ -77,12 +81,26 @@ fn json_contract_shape() {
     if !needs(false, &["sfdisk"]) {
         return;
     }
-    let image = Image::sfdisk(64 << 20, "label: gpt\nfirst-lba: 34\nstart=40, size=4000\nstart=8192, size=8192\n");
+    let image = Image::sfdisk(
+        64 << 20,
+        "label: gpt\nfirst-lba: 34\nstart=40, size=4000\nstart=8192, size=8192\n",
+    );
     let (code, doc) = audit_json(&[image.str()]);
     assert_eq!(code, 0, "suboptimal is not a failure without --strict: {doc}");
     assert_eq!(doc["version"], 1);
     let t = &doc["targets"][0];
-    for key in ["path", "size_bytes", "logical_sector_size", "physical_sector_size", "physical_sector_source", "alignment_offset", "optimal_io_size", "table", "problems", "partitions"] {
+    for key in [
+        "path",
+        "size_bytes",
+        "logical_sector_size",
+        "physical_sector_size",
+        "physical_sector_source",
+        "alignment_offset",
+        "optimal_io_size",
+        "table",
+        "problems",
+        "partitions",
+    ] {
         assert!(t.get(key).is_some(), "target lacks {key}: {t}");
     }
     assert_eq!(t["table"], "gpt");
@@ -92,7 +110,16 @@ fn json_contract_shape() {
     let parts = t["partitions"].as_array().expect("partitions");
     assert_eq!(parts.len(), 2);
     for p in parts {
-        for key in ["number", "start", "size", "start_bytes", "aligned_physical", "aligned_optimal", "aligned_1mib", "verdict"] {
+        for key in [
+            "number",
+            "start",
+            "size",
+            "start_bytes",
+            "aligned_physical",
+            "aligned_optimal",
+            "aligned_1mib",
+            "verdict",
+        ] {
             assert!(p.get(key).is_some(), "partition lacks {key}: {p}");
         }
         assert!(p["aligned_optimal"].is_null(), "an image reports no optimal I/O");
@@ -109,17 +136,38 @@ fn prometheus_shape() {
         return;
     }
     let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=1900\nstart=2048, size=2048\n");
-    let out = blkalign().args(["audit", "--format", "prometheus", image.str()]).output().expect("run");
+    let out =
+        blkalign().args(["audit", "--format", "prometheus", image.str()]).output().expect("run");
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    for family in ["blkalign_partition_misaligned", "blkalign_partition_start_bytes", "blkalign_disk_physical_sector_bytes", "blkalign_audit_timestamp_seconds"] {
+    for family in [
+        "blkalign_partition_misaligned",
+        "blkalign_partition_start_bytes",
+        "blkalign_disk_physical_sector_bytes",
+        "blkalign_audit_timestamp_seconds",
+    ] {
         assert!(text.contains(&format!("# HELP {family} ")), "{text}");
         assert!(text.contains(&format!("# TYPE {family} gauge")), "{text}");
     }
     let dev = image.str();
-    assert!(text.contains(&format!("blkalign_partition_misaligned{{device=\"{dev}\",partition=\"1\"}} 1")), "{text}");
-    assert!(text.contains(&format!("blkalign_partition_misaligned{{device=\"{dev}\",partition=\"2\"}} 0")), "{text}");
-    assert!(text.contains(&format!("blkalign_partition_start_bytes{{device=\"{dev}\",partition=\"1\"}} 32256")), "{text}");
+    assert!(
+        text.contains(&format!(
+            "blkalign_partition_misaligned{{device=\"{dev}\",partition=\"1\"}} 1"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "blkalign_partition_misaligned{{device=\"{dev}\",partition=\"2\"}} 0"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "blkalign_partition_start_bytes{{device=\"{dev}\",partition=\"1\"}} 32256"
+        )),
+        "{text}"
+    );
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let value = line.rsplit(' ').next().expect("value");
         assert!(value.parse::<f64>().is_ok(), "bad sample line {line}");
@@ -146,13 +194,17 @@ fn overrides_change_the_judgement() {
         return;
     }
     let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=2000\n");
-    let (code, doc) = audit_json(&["--alignment-offset", "3584", "--physical-sector-size", "4096", image.str()]);
+    let (code, doc) =
+        audit_json(&["--alignment-offset", "3584", "--physical-sector-size", "4096", image.str()]);
     assert_eq!(code, 0, "LBA 63 is aligned on a jumpered drive: {doc}");
     assert_eq!(doc["targets"][0]["alignment_offset"], 3584);
     assert_eq!(doc["targets"][0]["physical_sector_source"], "override");
     let (code, _) = audit_json(&["--trust-kernel", "--physical-sector-size", "512", image.str()]);
     assert_eq!(code, 0, "a genuine 512-byte drive does not care");
-    let bad = blkalign().args(["audit", "--physical-sector-size", "1000", image.str()]).output().expect("run");
+    let bad = blkalign()
+        .args(["audit", "--physical-sector-size", "1000", image.str()])
+        .output()
+        .expect("run");
     assert_eq!(bad.status.code(), Some(2));
 }
 
@@ -168,16 +220,23 @@ fn no_argument_run_lists_this_machine() {
             d.filter_map(Result::ok)
                 .filter(|e| {
                     let name = e.file_name().to_string_lossy().to_string();
-                    !name.starts_with("ram") && !name.starts_with("zram") && !name.starts_with("loop")
+                    !name.starts_with("ram")
+                        && !name.starts_with("zram")
+                        && !name.starts_with("loop")
                 })
-                .filter(|e| std::fs::read_to_string(e.path().join("size")).is_ok_and(|s| s.trim() != "0"))
+                .filter(|e| {
+                    std::fs::read_to_string(e.path().join("size")).is_ok_and(|s| s.trim() != "0")
+                })
                 .count()
         })
         .unwrap_or(0);
     assert!(targets.len() >= disks, "{} targets for {disks} disks: {doc}", targets.len());
     for t in targets {
         assert!(t["path"].as_str().is_some_and(|p| p.starts_with("/dev/")), "{t}");
-        assert!(t["logical_sector_size"].as_u64().is_some(), "sysfs topology even when unreadable: {t}");
+        assert!(
+            t["logical_sector_size"].as_u64().is_some(),
+            "sysfs topology even when unreadable: {t}"
+        );
     }
 }
 
@@ -185,7 +244,10 @@ fn no_argument_run_lists_this_machine() {
 fn fixture_audit(fixture: &str, disk: &str, image: Option<&Path>) -> (i32, Value) {
     let dir = tempfile::tempdir().expect("tempdir");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(fixture);
-    common::run("cp", &["-a", &format!("{}/.", src.display()), dir.path().to_str().expect("utf-8")]);
+    common::run(
+        "cp",
+        &["-a", &format!("{}/.", src.display()), dir.path().to_str().expect("utf-8")],
+    );
     // Our own dev/: the disk node is `image`, or absent (unreadable).
     let _ = std::fs::remove_dir_all(dir.path().join("dev"));
     std::fs::create_dir_all(dir.path().join("dev")).expect("dev dir");

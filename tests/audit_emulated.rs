@@ -19,7 +19,11 @@ fn lying_drive_is_judged_by_4096_unless_trusted() {
         return;
     }
     let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB"]);
-    run_stdin("sfdisk", &["--no-reread", "--no-tell-kernel", drive.str()], Some("label: dos\nstart=63, size=20000\n"));
+    run_stdin(
+        "sfdisk",
+        &["--no-reread", "--no-tell-kernel", drive.str()],
+        Some("label: dos\nstart=63, size=20000\n"),
+    );
     let (code, t) = audit(&[drive.str()]);
     assert_eq!(code, 1, "{t}");
     assert_eq!(t["physical_sector_size"], 512, "the kernel believes the drive");

@@ -72,7 +72,10 @@ fn random_on_wd_ears_shows_the_penalty() {
     }
     let ratio = &json["ratios"][0];
     eprintln!("wd-ears random: {ratio}");
-    assert_eq!((ratio["fast_offset"].as_u64(), ratio["slow_offset"].as_u64()), (Some(0), Some(512)));
+    assert_eq!(
+        (ratio["fast_offset"].as_u64(), ratio["slow_offset"].as_u64()),
+        (Some(0), Some(512))
+    );
     assert!(ratio["ratio"].as_f64().expect("ratio") >= 2.5, "{ratio}");
 }
 
@@ -82,7 +85,8 @@ fn default_writes_leave_every_byte_unchanged() {
         return;
     }
     let _serial = serial();
-    let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "16MiB", "--latency-ms", "0"]);
+    let drive =
+        EmulatedDrive::start(&["--preset", "wd-ears", "--size", "16MiB", "--latency-ms", "0"]);
     fill(&drive.device, 16 << 20);
     let before = sha256(&drive.device);
     bench_json(&[drive.str(), "--pattern", "random", "--count", "300"]);
@@ -98,15 +102,12 @@ fn destructive_needs_yes() {
     if !common::needs(true, TOOLS) {
         return;
     }
-    let drive = EmulatedDrive::start(&["--preset", "native-512", "--size", "16MiB", "--latency-ms", "0"]);
+    let drive =
+        EmulatedDrive::start(&["--preset", "native-512", "--size", "16MiB", "--latency-ms", "0"]);
     fill(&drive.device, 1 << 20);
     let before = sha256(&drive.device);
     let args = ["bench", drive.str(), "--destructive", "--count", "10"];
-    common::blkalign()
-        .args(args)
-        .assert()
-        .code(2)
-        .stderr(predicates::str::contains("--yes"));
+    common::blkalign().args(args).assert().code(2).stderr(predicates::str::contains("--yes"));
     assert_eq!(sha256(&drive.device), before);
     common::blkalign().args(args).arg("--yes").assert().success();
     assert_ne!(sha256(&drive.device), before, "--destructive --yes writes its pattern");
@@ -117,7 +118,8 @@ fn mounted_target_is_refused() {
     if !common::needs(true, &["nbdkit", "nbdfuse", "losetup", "mkfs.ext4", "mount", "umount"]) {
         return;
     }
-    let drive = EmulatedDrive::start(&["--preset", "native-512", "--size", "16MiB", "--latency-ms", "0"]);
+    let drive =
+        EmulatedDrive::start(&["--preset", "native-512", "--size", "16MiB", "--latency-ms", "0"]);
     common::run("mkfs.ext4", &["-q", "-F", drive.str()]);
     let dir = tempfile::tempdir().expect("tempdir");
     let point = dir.path().to_str().expect("utf-8 path");
@@ -140,7 +142,8 @@ fn phybs_matrix_and_svg() {
     if !common::needs(true, TOOLS) {
         return;
     }
-    let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "16MiB", "--latency-ms", "0"]);
+    let drive =
+        EmulatedDrive::start(&["--preset", "wd-ears", "--size", "16MiB", "--latency-ms", "0"]);
     let dir = tempfile::tempdir().expect("tempdir");
     let svg = dir.path().join("penalty.svg");
     let svg_arg = svg.to_str().expect("utf-8 path");
@@ -149,7 +152,13 @@ fn phybs_matrix_and_svg() {
         .as_array()
         .expect("results")
         .iter()
-        .map(|r| (r["size"].as_u64().unwrap_or(0), r["offset"].as_u64().unwrap_or(0), r["step"].as_u64().unwrap_or(0)))
+        .map(|r| {
+            (
+                r["size"].as_u64().unwrap_or(0),
+                r["offset"].as_u64().unwrap_or(0),
+                r["step"].as_u64().unwrap_or(0),
+            )
+        })
         .collect();
     assert_eq!(cells.len(), 15, "sizes 512..4096, every 512-byte offset below each");
     assert!(cells.contains(&(4096, 3584, 16384)) && cells.contains(&(1024, 512, 4096)));
@@ -168,7 +177,15 @@ fn io_uring_engine() {
     let _serial = serial();
     let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB"]);
     for (depth, least) in [("1", 2.5), ("8", 1.3)] {
-        let json = bench_json(&[drive.str(), "--engine", "io_uring", "--iodepth", depth, "--count", "200"]);
+        let json = bench_json(&[
+            drive.str(),
+            "--engine",
+            "io_uring",
+            "--iodepth",
+            depth,
+            "--count",
+            "200",
+        ]);
         assert_eq!(json["engine"], "io_uring", "io_uring must work on this machine: {json}");
         assert_eq!(json["iodepth"].to_string(), depth);
         let ratio = json["ratios"][0]["ratio"].as_f64().expect("ratio");
@@ -178,5 +195,10 @@ fn io_uring_engine() {
     let uring = bench_json(&[drive.str(), "--engine", "io_uring", "--count", "200"]);
     let iops = |j: &serde_json::Value| j["results"][0]["iops"].as_f64().expect("iops");
     let agreement = iops(&uring) / iops(&psync);
-    assert!((0.8..1.25).contains(&agreement), "depth 1: io_uring {} vs psync {}", iops(&uring), iops(&psync));
+    assert!(
+        (0.8..1.25).contains(&agreement),
+        "depth 1: io_uring {} vs psync {}",
+        iops(&uring),
+        iops(&psync)
+    );
 }

@@ -8,9 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 fn fixture(name: &str) -> SysRoot {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/sysfs")
-        .join(name);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(name);
     SysRoot::fixture(dir.join("sys"))
 }
 
@@ -67,11 +65,7 @@ fn lying_wd_ears_gets_its_real_physical_size_from_the_quirk_table() {
 #[test]
 fn jumpered_drive_keeps_its_alignment_offset() {
     let t = topo("jumpered", "sda");
-    assert_eq!(
-        t.physical_sector_size,
-        kernel(4096),
-        "reported 4096: no quirk needed"
-    );
+    assert_eq!(t.physical_sector_size, kernel(4096), "reported 4096: no quirk needed");
     assert_eq!(t.alignment_offset, kernel(3584));
     assert!(t.notes.is_empty(), "{:?}", t.notes);
 }
@@ -81,11 +75,7 @@ fn native_4k() {
     let t = topo("4kn", "sda");
     assert_eq!(t.logical_sector_size, kernel(4096));
     assert_eq!(t.physical_sector_size, kernel(4096));
-    assert_eq!(
-        t.size_bytes,
-        7_814_037_168 * 512,
-        "sysfs size is in 512-byte units"
-    );
+    assert_eq!(t.size_bytes, 7_814_037_168 * 512, "sysfs size is in 512-byte units");
     assert_eq!(t.vendor.as_deref(), Some("SEAGATE"));
 }
 
@@ -107,11 +97,7 @@ fn usb_bridge_bogus_optimal_io_is_neutralised() {
     assert_eq!(t.optimal_io_size, None);
     assert_eq!(t.physical_sector_size, kernel(4096));
     assert_eq!(t.notes.len(), 1, "{:?}", t.notes);
-    assert!(
-        t.notes[0].contains("33553920") && t.notes[0].contains("USB"),
-        "{}",
-        t.notes[0]
-    );
+    assert!(t.notes[0].contains("33553920") && t.notes[0].contains("USB"), "{}", t.notes[0]);
 }
 
 #[test]
@@ -121,10 +107,7 @@ fn list_disks_skips_ram_zram_and_unattached_loops() {
     assert_eq!(names(&disks), ["sda"]);
     assert_eq!(disks[0].path, root.dev.join("sda"));
     assert_eq!(disks[0].kind, TargetKind::Disk);
-    assert_eq!(
-        names(&list_disks(&fixture("nvme-optimal")).expect("list")),
-        ["nvme0n1"]
-    );
+    assert_eq!(names(&list_disks(&fixture("nvme-optimal")).expect("list")), ["nvme0n1"]);
 }
 
 /// A scratch sysfs tree: ROOT/sys/block/NAME/FILE = VALUE for each entry.
@@ -149,10 +132,7 @@ fn list_disks_keeps_backed_loops_and_drops_empty_drives() {
         ("sdb/size", "1000"),
         ("sda/size", "1000"),
     ]);
-    assert_eq!(
-        names(&list_disks(&root).expect("list")),
-        ["loop1", "sda", "sdb"]
-    );
+    assert_eq!(names(&list_disks(&root).expect("list")), ["loop1", "sda", "sdb"]);
 }
 
 #[test]
@@ -167,11 +147,7 @@ fn kernel_partitions_are_in_bytes() {
     assert_eq!(
         kernel_partitions(&root, "sda"),
         [
-            KernelPartition {
-                number: 1,
-                start_bytes: 2048 * 512,
-                size_bytes: 1_048_576 * 512
-            },
+            KernelPartition { number: 1, start_bytes: 2048 * 512, size_bytes: 1_048_576 * 512 },
             KernelPartition {
                 number: 2,
                 start_bytes: 1_050_624 * 512,
@@ -180,14 +156,8 @@ fn kernel_partitions_are_in_bytes() {
         ]
     );
     // 512-byte units even on a 4Kn-free NVMe namespace and a misaligned MBR disk.
-    assert_eq!(
-        kernel_partitions(&fixture("nvme-optimal"), "nvme0n1")[0].start_bytes,
-        2048 * 512
-    );
-    assert_eq!(
-        kernel_partitions(&fixture("wd-ears-lying"), "sda")[0].start_bytes,
-        63 * 512
-    );
+    assert_eq!(kernel_partitions(&fixture("nvme-optimal"), "nvme0n1")[0].start_bytes, 2048 * 512);
+    assert_eq!(kernel_partitions(&fixture("wd-ears-lying"), "sda")[0].start_bytes, 63 * 512);
     assert!(kernel_partitions(&fixture("usb-bridge"), "sdb").is_empty());
     assert!(kernel_partitions(&root, "nosuchdisk").is_empty());
 }
@@ -199,18 +169,12 @@ fn resolve_disks_and_partitions_in_a_fixture() {
     assert_eq!(sda.name.as_deref(), Some("sda"));
     assert_eq!((sda.kind, sda.selected_partition), (TargetKind::Disk, None));
     let sda2 = disk(&root, "sda2");
-    assert_eq!(
-        (sda2.name.as_deref(), sda2.selected_partition),
-        (Some("sda"), Some(2))
-    );
+    assert_eq!((sda2.name.as_deref(), sda2.selected_partition), (Some("sda"), Some(2)));
     assert_eq!(sda2.path, root.dev.join("sda"));
 
     let nvme = fixture("nvme-optimal");
     let p1 = disk(&nvme, "nvme0n1p1");
-    assert_eq!(
-        (p1.name.as_deref(), p1.selected_partition),
-        (Some("nvme0n1"), Some(1))
-    );
+    assert_eq!((p1.name.as_deref(), p1.selected_partition), (Some("nvme0n1"), Some(1)));
 }
 
 #[test]
@@ -220,18 +184,9 @@ fn resolve_images_missing_paths_and_directories() {
     let image = dir.path().join("disk.img");
     fs::write(&image, [0u8; 4096]).expect("write");
     let target = resolve(&root, &image).expect("image");
-    assert_eq!(
-        (target.kind, target.name, target.path),
-        (TargetKind::Image, None, image)
-    );
-    assert!(matches!(
-        resolve(&root, &dir.path().join("absent")),
-        Err(DeviceError::NotFound(_))
-    ));
-    assert!(matches!(
-        resolve(&root, dir.path()),
-        Err(DeviceError::NotBlockOrFile(_))
-    ));
+    assert_eq!((target.kind, target.name, target.path), (TargetKind::Image, None, image));
+    assert!(matches!(resolve(&root, &dir.path().join("absent")), Err(DeviceError::NotFound(_))));
+    assert!(matches!(resolve(&root, dir.path()), Err(DeviceError::NotBlockOrFile(_))));
 }
 
 fn image_topology(bytes: &[u8], o: &Overrides) -> Result<Topology, DeviceError> {
@@ -266,10 +221,7 @@ fn image_without_gpt_assumes_512() {
     assert_eq!(t.logical_sector_size, Sourced::new(512, Source::Assumed));
     assert_eq!(t.physical_sector_size, Sourced::new(512, Source::Assumed));
     assert_eq!(t.alignment_offset, Sourced::new(0, Source::Assumed));
-    assert_eq!(
-        (t.minimum_io_size, t.optimal_io_size, t.rotational),
-        (None, None, None)
-    );
+    assert_eq!((t.minimum_io_size, t.optimal_io_size, t.rotational), (None, None, None));
     assert!(t.notes.is_empty());
 }
 
@@ -295,10 +247,7 @@ fn overrides_beat_everything() {
     let t = image_topology(&image_with_gpt_at(512), &overrides(Some(4096), None, None))
         .expect("topology");
     assert_eq!(t.logical_sector_size, Sourced::new(4096, Source::Override));
-    assert_eq!(
-        t.physical_sector_size.value, 4096,
-        "raised to the logical size"
-    );
+    assert_eq!(t.physical_sector_size.value, 4096, "raised to the logical size");
 }
 
 #[test]
@@ -311,19 +260,10 @@ fn reported_offset_is_reduced_under_a_smaller_physical_override() {
 #[test]
 fn invalid_overrides_are_rejected() {
     for (o, words) in [
-        (
-            overrides(Some(1000), None, None),
-            "logical sector size 1000",
-        ),
-        (
-            overrides(Some(8192), None, None),
-            "logical sector size 8192",
-        ),
+        (overrides(Some(1000), None, None), "logical sector size 1000"),
+        (overrides(Some(8192), None, None), "logical sector size 8192"),
         (overrides(None, Some(256), None), "physical sector size 256"),
-        (
-            overrides(None, Some(131_072), None),
-            "physical sector size 131072",
-        ),
+        (overrides(None, Some(131_072), None), "physical sector size 131072"),
         (overrides(Some(4096), Some(512), None), "smaller"),
         (overrides(None, Some(4096), Some(4096)), "alignment offset 4096"),
     ] {
@@ -344,10 +284,7 @@ fn invalid_overrides_are_rejected() {
     }
     // 4Kn: a 512-byte physical override under a 4096 logical sector.
     let err = topo_with("4kn", "sda", &overrides(None, Some(512), None)).expect_err("invalid");
-    assert!(
-        err.to_string().contains("smaller than the logical"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("smaller than the logical"), "{err}");
 }
 
 #[test]
@@ -369,17 +306,10 @@ fn malformed_sysfs_values_are_noted_and_ignored() {
     assert_eq!(t.logical_sector_size, Sourced::new(512, Source::Assumed));
     assert_eq!(t.physical_sector_size, Sourced::new(512, Source::Assumed));
     assert_eq!(t.alignment_offset, Sourced::new(0, Source::Assumed));
-    assert_eq!(
-        t.optimal_io_size, None,
-        "1000 is not whole physical sectors"
-    );
+    assert_eq!(t.optimal_io_size, None, "1000 is not whole physical sectors");
     assert_eq!(t.size_bytes, 2048 * 512);
     for words in ["garbage", "3000", "1000", "-1"] {
-        assert!(
-            t.notes.iter().any(|n| n.contains(words)),
-            "no note about {words}: {:?}",
-            t.notes
-        );
+        assert!(t.notes.iter().any(|n| n.contains(words)), "no note about {words}: {:?}", t.notes);
     }
 }
 
@@ -394,11 +324,7 @@ fn disk_without_sysfs_entry_is_described_as_such() {
     };
     let t = topology(&root, &target, None, &Overrides::default()).expect("topology");
     assert_eq!(t.logical_sector_size, Sourced::new(512, Source::Assumed));
-    assert!(
-        t.notes.iter().any(|n| n.contains("no sysfs entry")),
-        "{:?}",
-        t.notes
-    );
+    assert!(t.notes.iter().any(|n| n.contains("no sysfs entry")), "{:?}", t.notes);
 }
 
 #[test]

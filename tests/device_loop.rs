@@ -42,19 +42,12 @@ fn loop_partition_resolves_to_its_parent() {
     assert_eq!(target.path, dev.dev);
     assert_eq!(target.kind, TargetKind::Disk);
     assert_eq!(target.selected_partition, Some(1));
-    let name = dev
-        .dev
-        .file_name()
-        .and_then(|n| n.to_str())
-        .expect("loop name");
+    let name = dev.dev.file_name().and_then(|n| n.to_str()).expect("loop name");
     assert_eq!(target.name.as_deref(), Some(name));
 
     let parts = blkalign::device::kernel_partitions(&SysRoot::real(), name);
     assert_eq!(parts.len(), 1);
-    assert_eq!(
-        (parts[0].start_bytes, parts[0].size_bytes),
-        (2048 * 512, 4096 * 512)
-    );
+    assert_eq!((parts[0].start_bytes, parts[0].size_bytes), (2048 * 512, 4096 * 512));
 }
 
 /// Whatever disks this machine has: listing and describing them must work,
@@ -70,11 +63,7 @@ fn every_disk_on_this_machine_has_a_topology() {
         let file = open(target).ok();
         let t = topology(&root, target, file.as_ref(), &Overrides::default()).expect("topology");
         eprintln!("{}: {t:?}", target.path.display());
-        assert!(
-            t.logical_sector_size.value >= 512,
-            "{}",
-            target.path.display()
-        );
+        assert!(t.logical_sector_size.value >= 512, "{}", target.path.display());
         assert!(t.physical_sector_size.value >= t.logical_sector_size.value);
         assert!(t.size_bytes > 0);
     }

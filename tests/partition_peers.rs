@@ -353,7 +353,16 @@ fn on_emulated_drives() {
     }
     for (preset, label) in [("wd-ears", "mbr"), ("4kn", "gpt")] {
         let drive = common::emulate::EmulatedDrive::start(&["--preset", preset, "--size", "64MiB"]);
-        let args = ["--label", label, "--part", "8MiB:efi", "--part", "16MiB:swap", "--part", "rest:linux"];
+        let args = [
+            "--label",
+            label,
+            "--part",
+            "8MiB:efi",
+            "--part",
+            "16MiB:swap",
+            "--part",
+            "rest:linux",
+        ];
         let plan = plan_json(drive.str(), &args);
         partition_ok(drive.str(), &args);
         check_peers(drive.str(), &plan);
@@ -368,7 +377,8 @@ fn jumpered_drive_with_its_offset() {
     if !needs(true, &["nbdkit", "nbdfuse", "losetup", "sfdisk"]) {
         return;
     }
-    let drive = common::emulate::EmulatedDrive::start(&["--preset", "wd-ears-jumper", "--size", "64MiB"]);
+    let drive =
+        common::emulate::EmulatedDrive::start(&["--preset", "wd-ears-jumper", "--size", "64MiB"]);
     let args = ["--label", "mbr", "--alignment-offset", "3584", "--part", "8MiB", "--part", "rest"];
     let plan = plan_json(drive.str(), &args);
     partition_ok(drive.str(), &args);
@@ -376,6 +386,9 @@ fn jumpered_drive_with_its_offset() {
         assert_eq!(start % 8, 7, "{plan}");
     }
     sfdisk_verify(drive.str());
-    let out = blkalign().args(["audit", "--alignment-offset", "3584", drive.str()]).output().expect("audit");
+    let out = blkalign()
+        .args(["audit", "--alignment-offset", "3584", drive.str()])
+        .output()
+        .expect("audit");
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
 }

@@ -61,8 +61,16 @@ fn check_against_peers(dev: &str, sector: u64) -> Value {
             assert_eq!(p["size"], size, "size of {number}");
             any_misaligned |= p["verdict"] == "misaligned";
         }
-        assert_eq!(p["aligned_1mib"], parted_aligned(dev, number), "parted align-check opt {number}: {p}");
-        assert_eq!(p["aligned_physical"], start * sector % 4096 == 0, "physical verdict of {number}");
+        assert_eq!(
+            p["aligned_1mib"],
+            parted_aligned(dev, number),
+            "parted align-check opt {number}: {p}"
+        );
+        assert_eq!(
+            p["aligned_physical"],
+            start * sector % 4096 == 0,
+            "physical verdict of {number}"
+        );
     }
     assert_eq!(code, if any_misaligned { 1 } else { 0 }, "{target}");
     target
@@ -81,7 +89,12 @@ fn mbr_with_logical_partitions_at_odd_starts() {
         start=20000, size=5000, type=82\n";
     let image = Image::sfdisk(64 << 20, script);
     let target = check_against_peers(image.str(), 512);
-    let numbers: Vec<u64> = target["partitions"].as_array().unwrap().iter().filter_map(|p| p["number"].as_u64()).collect();
+    let numbers: Vec<u64> = target["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["number"].as_u64())
+        .collect();
     assert_eq!(numbers, [1, 2, 5, 6, 7]);
     assert_eq!(target["partitions"][2]["kind"], "logical");
 }
@@ -92,7 +105,22 @@ fn gpt_by_sgdisk_at_34_and_40() {
         return;
     }
     let image = Image::new(64 << 20);
-    run("sgdisk", &["-a", "1", "-n", "1:34:39", "-n", "2:40:2047", "-n", "3:2048:+8M", "-n", "4:20483:+1M", image.str()]);
+    run(
+        "sgdisk",
+        &[
+            "-a",
+            "1",
+            "-n",
+            "1:34:39",
+            "-n",
+            "2:40:2047",
+            "-n",
+            "3:2048:+8M",
+            "-n",
+            "4:20483:+1M",
+            image.str(),
+        ],
+    );
     let target = check_against_peers(image.str(), 512);
     assert_eq!(target["table"], "gpt");
     assert_eq!(target["partitions"][0]["verdict"], "misaligned");
@@ -119,7 +147,13 @@ fn gpt_with_broken_primary_is_read_from_the_backup() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|p| (p["number"].as_u64().unwrap(), p["start"].as_u64().unwrap(), p["size"].as_u64().unwrap()))
+        .map(|p| {
+            (
+                p["number"].as_u64().unwrap(),
+                p["start"].as_u64().unwrap(),
+                p["size"].as_u64().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(parts, before);
     let problems = target["problems"].to_string();
@@ -137,14 +171,18 @@ fn gpt_on_a_4096_byte_loop_device() {
     dev.add_partitions(3);
     let target = check_against_peers(dev.str(), 4096);
     assert_eq!(target["logical_sector_size"], 4096);
-    assert!(matches!(target["logical_sector_source"].as_str(), Some("kernel" | "ioctl")), "{target}");
+    assert!(
+        matches!(target["logical_sector_source"].as_str(), Some("kernel" | "ioctl")),
+        "{target}"
+    );
     assert_eq!(target["table"], "gpt");
     assert_eq!(target["partitions"][1]["verdict"], "aligned");
     // A partition node audits its disk and highlights itself.
     let node = dev.partition(2);
     let (_, via_part) = audit(node.to_str().unwrap());
     assert_eq!(via_part["path"], dev.str());
-    let selected: Vec<bool> = via_part["partitions"].as_array().unwrap().iter().map(|p| p["selected"] == true).collect();
+    let selected: Vec<bool> =
+        via_part["partitions"].as_array().unwrap().iter().map(|p| p["selected"] == true).collect();
     assert_eq!(selected, [false, true, false]);
 }
 
@@ -167,20 +205,22 @@ fn mbr_image_audited_via_loop_device_matches_image() {
 
 /// A random layout as an sfdisk script, and whether it is GPT.
 fn layout() -> impl Strategy<Value = (bool, Vec<(u64, u64)>)> {
-    (any::<bool>(), proptest::collection::vec((0u64..3000, 1u64..3000), 1..5)).prop_map(|(gpt, gaps)| {
-        let mut at = if gpt { 34 } else { 1 };
-        let primaries = if gpt { gaps.len() } else { gaps.len().min(4) };
-        let parts = gaps
-            .into_iter()
-            .take(primaries)
-            .map(|(gap, size)| {
-                let start = at + gap;
-                at = start + size;
-                (start, size)
-            })
-            .collect();
-        (gpt, parts)
-    })
+    (any::<bool>(), proptest::collection::vec((0u64..3000, 1u64..3000), 1..5)).prop_map(
+        |(gpt, gaps)| {
+            let mut at = if gpt { 34 } else { 1 };
+            let primaries = if gpt { gaps.len() } else { gaps.len().min(4) };
+            let parts = gaps
+                .into_iter()
+                .take(primaries)
+                .map(|(gap, size)| {
+                    let start = at + gap;
+                    at = start + size;
+                    (start, size)
+                })
+                .collect();
+            (gpt, parts)
+        },
+    )
 }
 
 proptest! {

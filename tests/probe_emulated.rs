@@ -20,10 +20,12 @@ fn probe(args: &[&str]) -> Option<serde_json::Value> {
     let mut start = vec!["--size", "64MiB"];
     start.extend_from_slice(args);
     let drive = EmulatedDrive::start(&start);
-    let out = common::blkalign().args(["probe", "--json", drive.str()]).output().expect("run probe");
+    let out =
+        common::blkalign().args(["probe", "--json", drive.str()]).output().expect("run probe");
     let code = out.status.code();
     assert!(matches!(code, Some(0 | 1)), "probe failed: {}", String::from_utf8_lossy(&out.stderr));
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("probe --json prints JSON");
+    let json: serde_json::Value =
+        serde_json::from_slice(&out.stdout).expect("probe --json prints JSON");
     eprintln!("{args:?}: {json}");
     let elapsed = json["elapsed_s"].as_f64().expect("elapsed_s");
     assert!(elapsed <= 10.0, "{args:?} took {elapsed} s");
@@ -115,17 +117,32 @@ fn where_free_never_touches_partitions() {
         return;
     }
     let _serial = TIMING.lock().unwrap_or_else(|e| e.into_inner());
-    let drive = EmulatedDrive::start(&["--preset", "wd-ears-jumper", "--size", "64MiB", "--fail-lba", "40000-80000"]);
+    let drive = EmulatedDrive::start(&[
+        "--preset",
+        "wd-ears-jumper",
+        "--size",
+        "64MiB",
+        "--fail-lba",
+        "40000-80000",
+    ]);
     let script = "label: dos\nstart=2048, size=81920\n";
     common::run_stdin("sfdisk", &["--no-reread", "--no-tell-kernel", drive.str()], Some(script));
-    let out = common::blkalign().args(["probe", "--json", "--where", "free", drive.str()]).output().expect("run");
+    let out = common::blkalign()
+        .args(["probe", "--json", "--where", "free", drive.str()])
+        .output()
+        .expect("run");
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(geometry(&json), (4096, 3584, false));
     let anywhere = common::blkalign().args(["probe", drive.str()]).output().expect("run");
-    assert_eq!(anywhere.status.code(), Some(2), "the default probe writes inside the partition and meets the bad sectors");
+    assert_eq!(
+        anywhere.status.code(),
+        Some(2),
+        "the default probe writes inside the partition and meets the bad sectors"
+    );
     let bare = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB"]);
-    let none = common::blkalign().args(["probe", "--where", "free", bare.str()]).output().expect("run");
+    let none =
+        common::blkalign().args(["probe", "--where", "free", bare.str()]).output().expect("run");
     assert_eq!(none.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&none.stderr).contains("no partition table"));
 }

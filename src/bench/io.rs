@@ -60,10 +60,8 @@ pub fn open_direct(path: &Path, mode: Mode, sync: bool) -> Result<File, BenchErr
     if sync {
         flags |= OFlags::SYNC;
     }
-    let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty()).map_err(|e| BenchError::Open {
-        path: path.to_path_buf(),
-        source: e.into(),
-    })?;
+    let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty())
+        .map_err(|e| BenchError::Open { path: path.to_path_buf(), source: e.into() })?;
     Ok(File::from(fd))
 }
 
@@ -201,7 +199,11 @@ fn timed(
 }
 
 fn mode_name(mode: Mode) -> &'static str {
-    if mode == Mode::Read { "read" } else { "write" }
+    if mode == Mode::Read {
+        "read"
+    } else {
+        "write"
+    }
 }
 
 fn read_into(file: &File, req: &Request, buf: &mut AlignedBuf) -> std::io::Result<()> {

@@ -64,9 +64,8 @@ pub fn random(
             // Grid points k with offset + k*size + size inside the span.
             let room = span.len.checked_sub(offset).and_then(|r| r.checked_sub(size));
             let slots = room.map(|r| r / size + 1).ok_or_else(|| too_small(size, offset, span))?;
-            let positions = (0..count)
-                .map(|_| span.start + offset + rng.below(slots) * size)
-                .collect();
+            let positions =
+                (0..count).map(|_| span.start + offset + rng.below(slots) * size).collect();
             Ok(Cell { size, offset, step: size, positions })
         })
         .collect::<Result<_, BenchError>>()?;
@@ -111,7 +110,8 @@ pub fn stride(
     let cells = bases
         .iter()
         .map(|&base| {
-            let offset = base.checked_mul(logical).ok_or_else(|| invalid("base too large".into()))?;
+            let offset =
+                base.checked_mul(logical).ok_or_else(|| invalid("base too large".into()))?;
             sequential(size, offset, stride, count, span)
         })
         .collect::<Result<_, BenchError>>()?;
@@ -119,7 +119,13 @@ pub fn stride(
 }
 
 /// `count` positions offset, offset + step, ... all inside the span.
-fn sequential(size: u64, offset: u64, step: u64, count: u64, span: Span) -> Result<Cell, BenchError> {
+fn sequential(
+    size: u64,
+    offset: u64,
+    step: u64,
+    count: u64,
+    span: Span,
+) -> Result<Cell, BenchError> {
     let last = count
         .checked_sub(1)
         .and_then(|n| n.checked_mul(step))

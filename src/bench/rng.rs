@@ -12,9 +12,7 @@ impl Rng {
 
     /// Seeded from the clock, for runs that need not be reproduced.
     pub fn from_clock() -> Rng {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos());
         Rng(nanos as u64 ^ u64::from(std::process::id()))
     }
 

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 /// Err(InUse) when the block device behind `file` or any of its partitions
 /// is mounted, held or claimed (swap included). Regular files are not checked.
 pub fn check_unused(file: &fs::File, path: &Path, sys: &Path) -> Result<(), BenchError> {
-    let meta = file.metadata().map_err(|e| BenchError::Open { path: path.to_path_buf(), source: e })?;
+    let meta =
+        file.metadata().map_err(|e| BenchError::Open { path: path.to_path_buf(), source: e })?;
     if !meta.file_type().is_block_device() {
         return Ok(());
     }

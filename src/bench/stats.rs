@@ -61,10 +61,8 @@ pub const GAP: f64 = 1.5;
 pub fn split(medians: &[f64]) -> Option<Vec<bool>> {
     let mut sorted: Vec<f64> = medians.iter().copied().filter(|m| *m > 0.0).collect();
     sorted.sort_by(f64::total_cmp);
-    let (ratio, below) = sorted
-        .windows(2)
-        .map(|w| (w[1] / w[0], w[0]))
-        .max_by(|a, b| a.0.total_cmp(&b.0))?;
+    let (ratio, below) =
+        sorted.windows(2).map(|w| (w[1] / w[0], w[0])).max_by(|a, b| a.0.total_cmp(&b.0))?;
     (ratio >= GAP).then(|| medians.iter().map(|m| *m <= below).collect())
 }
 

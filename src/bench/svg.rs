@@ -35,7 +35,12 @@ pub fn render(results: &[CellResult]) -> String {
             points.join(" ")
         );
         for r in &cells {
-            let _ = writeln!(svg, "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{color}\"/>", x(r.offset), y(r.iops));
+            let _ = writeln!(
+                svg,
+                "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"3\" fill=\"{color}\"/>",
+                x(r.offset),
+                y(r.iops)
+            );
         }
         let ly = MARGIN + 16.0 * i as f64;
         let _ = writeln!(

@@ -34,7 +34,9 @@ pub(crate) fn run_chunk(
     while next < chunk.len() || inflight > 0 {
         while failed.is_none() && next < chunk.len() && inflight < depth as usize {
             let (req, buf) = (&chunk[next], &mut bufs[next]);
-            let len = u32::try_from(req.size).map_err(|_| BenchError::Invalid(format!("{} bytes is too large for one request", req.size)))?;
+            let len = u32::try_from(req.size).map_err(|_| {
+                BenchError::Invalid(format!("{} bytes is too large for one request", req.size))
+            })?;
             let entry = if write {
                 opcode::Write::new(fd, buf.bytes().as_ptr(), len).offset(req.pos).build()
             } else {
@@ -87,7 +89,15 @@ fn short(result: i32, req: &Request, write: bool) -> BenchError {
     let source = if result < 0 {
         std::io::Error::from_raw_os_error(-result)
     } else {
-        std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("only {result} bytes transferred"))
+        std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("only {result} bytes transferred"),
+        )
     };
-    BenchError::Io { what: if write { "write" } else { "read" }, pos: req.pos, size: req.size, source }
+    BenchError::Io {
+        what: if write { "write" } else { "read" },
+        pos: req.pos,
+        size: req.size,
+        source,
+    }
 }

@@ -108,7 +108,10 @@ fn parse_size(text: &str) -> Result<u64, EmulateError> {
 
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     if args.destructive && !args.yes {
-        bail!("--destructive overwrites the data on {}: add --yes to confirm", args.target.display());
+        bail!(
+            "--destructive overwrites the data on {}: add --yes to confirm",
+            args.target.display()
+        );
     }
     let mode = match (args.read, args.destructive) {
         (true, _) => Mode::Read,
@@ -142,7 +145,11 @@ fn make_plan(args: &Args, logical: u64, span: Span, rng: &mut Rng) -> anyhow::Re
     let size = args.size.unwrap_or(logical.max(4096));
     let plan = match args.pattern {
         Pattern::Random => {
-            let offsets = if args.offset.is_empty() { default_offsets(size, logical) } else { args.offset.clone() };
+            let offsets = if args.offset.is_empty() {
+                default_offsets(size, logical)
+            } else {
+                args.offset.clone()
+            };
             plan::random(size, &offsets, args.count.unwrap_or(1000), span, logical, rng)?
         }
         Pattern::Phybs => plan::phybs(args.count.unwrap_or(100), span, logical)?,
@@ -156,7 +163,11 @@ fn make_plan(args: &Args, logical: u64, span: Span, rng: &mut Rng) -> anyhow::Re
 
 /// Aligned against one logical sector off, when the size allows both.
 fn default_offsets(size: u64, logical: u64) -> Vec<u64> {
-    if logical < size { vec![0, logical] } else { vec![0] }
+    if logical < size {
+        vec![0, logical]
+    } else {
+        vec![0]
+    }
 }
 
 /// A bar with ETA on a terminal; hidden when stderr is piped.
@@ -181,7 +192,16 @@ fn table(report: &Report) -> String {
     for r in &report.results {
         out += &format!(
             "{:>7} {:>6} {:>6} {:>7} {:>10.1} {:>9.1} {:>10.1} {:>8.0} {:>8.0} {:>8.0}\n",
-            r.count, r.size, r.offset, r.step, r.msec, r.iops, r.kbps, r.lat_us.p5, r.lat_us.p50, r.lat_us.p95
+            r.count,
+            r.size,
+            r.offset,
+            r.step,
+            r.msec,
+            r.iops,
+            r.kbps,
+            r.lat_us.p5,
+            r.lat_us.p50,
+            r.lat_us.p95
         );
     }
     for r in &report.ratios {
@@ -212,6 +232,8 @@ fn engine(asked: EngineArg, depth: u32) -> bench::Engine {
         Err(e) => eprintln!("blkalign: io_uring is unavailable here ({e}); using psync"),
     }
     #[cfg(not(feature = "io_uring"))]
-    eprintln!("blkalign: built without the io_uring feature (queue depth {depth} ignored); using psync");
+    eprintln!(
+        "blkalign: built without the io_uring feature (queue depth {depth} ignored); using psync"
+    );
     bench::Engine::Psync
 }

@@ -3,8 +3,8 @@
 use super::{EXIT_OK, EXIT_PROBLEM};
 use anyhow::Context;
 use blkalign::device::{self, Overrides, SysRoot};
-use blkalign::table;
 use blkalign::probe::{probe, ProbeOptions};
+use blkalign::table;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -40,7 +40,10 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let file = std::fs::File::open(target).with_context(|| format!("{}", target.display()))?;
     let within = match args.place {
         Where::Start => None,
-        Where::Free => Some(free_ranges(&root, target).with_context(|| format!("finding free space on {}", target.display()))?),
+        Where::Free => Some(
+            free_ranges(&root, target)
+                .with_context(|| format!("finding free space on {}", target.display()))?,
+        ),
     };
     let opts = ProbeOptions { seed: args.seed, sys: root.sys, within };
     let result = probe(&file, &opts).with_context(|| format!("probing {}", target.display()))?;

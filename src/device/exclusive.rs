@@ -78,7 +78,11 @@ fn nodes(root: &SysRoot, name: &str) -> Vec<Node> {
     let disk = root.sys.join("block").join(name);
     let mut out: Vec<Node> = Node::of_dir(&disk).into_iter().collect();
     let entries = fs::read_dir(&disk).into_iter().flatten().flatten();
-    out.extend(entries.filter(|e| partition_number(&e.path()).is_some()).filter_map(|e| Node::of_dir(&e.path())));
+    out.extend(
+        entries
+            .filter(|e| partition_number(&e.path()).is_some())
+            .filter_map(|e| Node::of_dir(&e.path())),
+    );
     out
 }
 

@@ -122,7 +122,15 @@ mod tests {
 
     #[test]
     fn source_names_match_json() {
-        for s in [Source::Kernel, Source::Ioctl, Source::Quirk, Source::Override, Source::Table, Source::Assumed, Source::Probe] {
+        for s in [
+            Source::Kernel,
+            Source::Ioctl,
+            Source::Quirk,
+            Source::Override,
+            Source::Table,
+            Source::Assumed,
+            Source::Probe,
+        ] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }
     }

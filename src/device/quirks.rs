@@ -16,11 +16,7 @@ pub struct Quirk {
 }
 
 const fn af(pattern: &'static str, family: &'static str) -> Quirk {
-    Quirk {
-        pattern,
-        family,
-        physical: 4096,
-    }
+    Quirk { pattern, family, physical: 4096 }
 }
 
 pub const QUIRKS: &[Quirk] = &[
@@ -39,9 +35,7 @@ pub const QUIRKS: &[Quirk] = &[
 /// The quirk for a model string, if it belongs to a known family.
 pub fn quirk_for(model: &str) -> Option<&'static Quirk> {
     let model = model.trim().as_bytes();
-    QUIRKS
-        .iter()
-        .find(|q| glob_match(q.pattern.as_bytes(), model))
+    QUIRKS.iter().find(|q| glob_match(q.pattern.as_bytes(), model))
 }
 
 /// Greedy glob match remembering only the last `*`, which is enough for
@@ -70,9 +64,7 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
             },
         }
     }
-    pattern
-        .get(p..)
-        .is_some_and(|rest| rest.iter().all(|&c| c == b'*'))
+    pattern.get(p..).is_some_and(|rest| rest.iter().all(|&c| c == b'*'))
 }
 
 #[cfg(test)]

@@ -14,10 +14,7 @@ pub struct SysRoot {
 
 impl SysRoot {
     pub fn real() -> SysRoot {
-        SysRoot {
-            sys: PathBuf::from("/sys"),
-            dev: PathBuf::from("/dev"),
-        }
+        SysRoot { sys: PathBuf::from("/sys"), dev: PathBuf::from("/dev") }
     }
 
     /// A fixture: `sys` is ROOT/sys, device nodes are in ROOT/dev.
@@ -46,10 +43,8 @@ pub fn kernel_partitions(root: &SysRoot, name: &str) -> Vec<KernelPartition> {
     let Ok(entries) = fs::read_dir(root.block(name)) else {
         return Vec::new();
     };
-    let mut parts: Vec<KernelPartition> = entries
-        .flatten()
-        .filter_map(|entry| partition_at(&entry.path()))
-        .collect();
+    let mut parts: Vec<KernelPartition> =
+        entries.flatten().filter_map(|entry| partition_at(&entry.path())).collect();
     parts.sort_by_key(|p| p.number);
     parts
 }
@@ -85,10 +80,7 @@ pub(crate) fn read_u64(path: &Path, notes: &mut Vec<String>) -> Option<u64> {
     let text = read_text(path)?;
     let value = text.parse().ok();
     if value.is_none() {
-        notes.push(format!(
-            "ignored {}: {text:?} is not a byte count",
-            path.display()
-        ));
+        notes.push(format!("ignored {}: {text:?} is not a byte count", path.display()));
     }
     value
 }

@@ -18,10 +18,7 @@ pub fn list_disks(root: &SysRoot) -> Result<Vec<Target>, DeviceError> {
         .filter(|name| is_auditable(root, name))
         .collect();
     names.sort();
-    Ok(names
-        .into_iter()
-        .map(|name| disk_target(root, name, None))
-        .collect())
+    Ok(names.into_iter().map(|name| disk_target(root, name, None)).collect())
 }
 
 fn is_auditable(root: &SysRoot, name: &str) -> bool {
@@ -56,12 +53,7 @@ pub fn resolve(root: &SysRoot, path: &Path) -> Result<Target, DeviceError> {
     }
     if meta.is_file() {
         let path = path.to_path_buf();
-        return Ok(Target {
-            path,
-            name: None,
-            kind: TargetKind::Image,
-            selected_partition: None,
-        });
+        return Ok(Target { path, name: None, kind: TargetKind::Image, selected_partition: None });
     }
     Err(DeviceError::NotBlockOrFile(path.to_path_buf()))
 }
@@ -72,10 +64,7 @@ fn resolve_block(root: &SysRoot, path: &Path, rdev: u64) -> Result<Target, Devic
     let number = format!("{}:{}", major(rdev), minor(rdev));
     let dir = fs::canonicalize(root.sys.join("dev/block").join(&number)).ok();
     dir.and_then(|dir| target_of_sysfs_dir(root, &dir))
-        .ok_or_else(|| DeviceError::NoSysfs {
-            path: path.to_path_buf(),
-            number,
-        })
+        .ok_or_else(|| DeviceError::NoSysfs { path: path.to_path_buf(), number })
 }
 
 /// A partition directory sits inside its disk's directory.

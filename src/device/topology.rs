@@ -48,10 +48,7 @@ fn disk_topology(root: &SysRoot, target: &Target, file: Option<&File>) -> Topolo
         notes.push(format!("no sysfs entry at {}", dir.display()));
     }
     let sys = from_sysfs(&dir, &mut notes);
-    let ioc = file
-        .filter(|f| is_block_device(f))
-        .map(ioctl::query)
-        .unwrap_or_default();
+    let ioc = file.filter(|f| is_block_device(f)).map(ioctl::query).unwrap_or_default();
     let n = &mut notes;
 
     let logical = merge("logical", "BLKSSZGET", sys.logical, ioc.logical, n);
@@ -62,13 +59,8 @@ fn disk_topology(root: &SysRoot, target: &Target, file: Option<&File>) -> Topolo
         .unwrap_or(Sourced::new(logical.value, Source::Assumed));
     let minimum_io = merge("minimum I/O", "BLKIOMIN", sys.minimum_io, ioc.minimum_io, n);
     let optimal_io = merge("optimal I/O", "BLKIOOPT", sys.optimal_io, ioc.optimal_io, n);
-    let offset = merge(
-        "alignment offset",
-        "BLKALIGNOFF",
-        sys.alignment_offset,
-        ioc.alignment_offset,
-        n,
-    );
+    let offset =
+        merge("alignment offset", "BLKALIGNOFF", sys.alignment_offset, ioc.alignment_offset, n);
     let size = merge("size", "BLKGETSIZE64", sys.size_bytes, ioc.size_bytes, n);
     let size = size.unwrap_or_else(|| assumed("size", 0, n));
     let model = read_text(&dir.join("device/model"));
@@ -92,10 +84,7 @@ fn disk_topology(root: &SysRoot, target: &Target, file: Option<&File>) -> Topolo
 
 /// SYS/block/NAME, NAME being the kernel name or else the node's file name.
 fn sysfs_dir(root: &SysRoot, target: &Target) -> PathBuf {
-    let node = target
-        .path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned());
+    let node = target.path.file_name().map(|n| n.to_string_lossy().into_owned());
     match target.name.clone().or(node) {
         Some(name) if !name.is_empty() => root.block(&name),
         // No name at all: a path that cannot exist, so nothing is read.
@@ -136,8 +125,7 @@ fn read_alignment(path: &Path, notes: &mut Vec<String>) -> Option<u64> {
 }
 
 fn is_block_device(file: &File) -> bool {
-    file.metadata()
-        .is_ok_and(|m| m.file_type().is_block_device())
+    file.metadata().is_ok_and(|m| m.file_type().is_block_device())
 }
 
 /// Prefer the ioctl when the two disagree, since it answers for the node we
@@ -151,9 +139,7 @@ fn merge(
 ) -> Option<Sourced<u64>> {
     match (sysfs, ioctl) {
         (Some(s), Some(i)) if s != i => {
-            notes.push(format!(
-                "sysfs says {what} {s}, {ioctl_name} says {i}; using the ioctl"
-            ));
+            notes.push(format!("sysfs says {what} {s}, {ioctl_name} says {i}; using the ioctl"));
             Some(Sourced::new(i, Source::Ioctl))
         }
         (Some(s), _) => Some(Sourced::new(s, Source::Kernel)),
@@ -287,19 +273,14 @@ pub fn validate_overrides(o: &Overrides) -> Result<(), DeviceError> {
             "logical sector size {l} is not a power of two from 512 to 4096"
         )));
     }
-    if let Some(p) = o
-        .physical_sector_size
-        .filter(|&p| !is_sector_size(p, 65536))
-    {
+    if let Some(p) = o.physical_sector_size.filter(|&p| !is_sector_size(p, 65536)) {
         return Err(invalid(format!(
             "physical sector size {p} is not a power of two from 512 to 65536"
         )));
     }
     if let (Some(l), Some(p)) = (o.logical_sector_size, o.physical_sector_size) {
         if p < l {
-            return Err(invalid(format!(
-                "physical sector size {p} is smaller than logical {l}"
-            )));
+            return Err(invalid(format!("physical sector size {p} is smaller than logical {l}")));
         }
     }
     if let (Some(a), Some(p)) = (o.alignment_offset, o.physical_sector_size) {
@@ -388,28 +369,16 @@ mod tests {
         let mut notes = Vec::new();
         let got = merge("physical", "BLKPBSZGET", Some(512), Some(4096), &mut notes);
         assert_eq!(got, Some(Sourced::new(4096, Source::Ioctl)));
-        assert_eq!(
-            notes,
-            ["sysfs says physical 512, BLKPBSZGET says 4096; using the ioctl"]
-        );
+        assert_eq!(notes, ["sysfs says physical 512, BLKPBSZGET says 4096; using the ioctl"]);
     }
 
     #[test]
     fn agreement_keeps_the_kernel_and_gaps_are_filled() {
         let mut notes = Vec::new();
-        assert_eq!(
-            merge("logical", "BLKSSZGET", Some(512), Some(512), &mut notes),
-            kernel(512)
-        );
-        assert_eq!(
-            merge("logical", "BLKSSZGET", Some(512), None, &mut notes),
-            kernel(512)
-        );
+        assert_eq!(merge("logical", "BLKSSZGET", Some(512), Some(512), &mut notes), kernel(512));
+        assert_eq!(merge("logical", "BLKSSZGET", Some(512), None, &mut notes), kernel(512));
         let from_ioctl = Some(Sourced::new(4096, Source::Ioctl));
-        assert_eq!(
-            merge("logical", "BLKSSZGET", None, Some(4096), &mut notes),
-            from_ioctl
-        );
+        assert_eq!(merge("logical", "BLKSSZGET", None, Some(4096), &mut notes), from_ioctl);
         assert_eq!(merge("logical", "BLKSSZGET", None, None, &mut notes), None);
         assert!(notes.is_empty());
     }
@@ -420,15 +389,9 @@ mod tests {
         assert_eq!(optimal_io_hint(kernel(0), 4096, &mut notes), None);
         assert_eq!(minimum_io_hint(kernel(0), 512, &mut notes), None);
         assert!(notes.is_empty(), "0 is just unreported");
-        assert_eq!(
-            optimal_io_hint(kernel(1_048_576), 4096, &mut notes),
-            kernel(1_048_576)
-        );
+        assert_eq!(optimal_io_hint(kernel(1_048_576), 4096, &mut notes), kernel(1_048_576));
         // Even on a 512/512 device, where it is whole sectors.
-        assert_eq!(
-            optimal_io_hint(kernel(BOGUS_OPTIMAL_IO), 512, &mut notes),
-            None
-        );
+        assert_eq!(optimal_io_hint(kernel(BOGUS_OPTIMAL_IO), 512, &mut notes), None);
         assert_eq!(optimal_io_hint(kernel(6144), 4096, &mut notes), None);
         assert_eq!(minimum_io_hint(kernel(1000), 512, &mut notes), None);
         assert_eq!(notes.len(), 3, "{notes:?}");
@@ -441,14 +404,8 @@ mod tests {
         let got = apply_quirk(reported, Some("WDC WD20EARS-00M"), &mut notes);
         assert_eq!(got, Sourced::new(4096, Source::Quirk));
         let honest = Sourced::new(4096, Source::Ioctl);
-        assert_eq!(
-            apply_quirk(honest, Some("WDC WD20EARS-00M"), &mut notes),
-            honest
-        );
-        assert_eq!(
-            apply_quirk(reported, Some("WDC WD20EADS-00S"), &mut notes),
-            reported
-        );
+        assert_eq!(apply_quirk(honest, Some("WDC WD20EARS-00M"), &mut notes), honest);
+        assert_eq!(apply_quirk(reported, Some("WDC WD20EADS-00S"), &mut notes), reported);
         assert_eq!(apply_quirk(reported, None, &mut notes), reported);
         assert_eq!(notes.len(), 1, "{notes:?}");
     }

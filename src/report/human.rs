@@ -41,7 +41,11 @@ fn disk(out: &mut String, a: &DiskAudit, color: bool) {
         }
     }
     for s in a.structures.iter().filter(|s| !s.aligned_physical && s.what == "ebr") {
-        let _ = writeln!(out, "  info: EBR at LBA {} is not on a physical boundary (harmless: it is read once)", s.lba);
+        let _ = writeln!(
+            out,
+            "  info: EBR at LBA {} is not on a physical boundary (harmless: it is read once)",
+            s.lba
+        );
     }
     let _ = writeln!(out, "  {}", summary(a));
     if a.partitions.iter().any(|p| p.partition.kind != PartKind::Extended) && a.error.is_none() {
@@ -151,8 +155,12 @@ fn detail(p: &PartitionAudit) -> String {
             };
             format!("{}{near}", v.cost.as_deref().unwrap_or_default())
         }
-        Class::Suboptimal if v.aligned_optimal == Some(false) => "not on the optimal I/O size".to_string(),
-        Class::Suboptimal => "not on a 1 MiB boundary (the fdisk/parted/Windows convention)".to_string(),
+        Class::Suboptimal if v.aligned_optimal == Some(false) => {
+            "not on the optimal I/O size".to_string()
+        }
+        Class::Suboptimal => {
+            "not on a 1 MiB boundary (the fdisk/parted/Windows convention)".to_string()
+        }
         Class::Aligned => String::new(),
     }
 }

@@ -66,7 +66,8 @@ struct Partition<'a> {
 
 pub fn render(audits: &[DiskAudit]) -> String {
     let doc = Document { version: 1, targets: audits.iter().map(target).collect() };
-    let mut text = serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    let mut text =
+        serde_json::to_string_pretty(&doc).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
     text.push('\n');
     text
 }

@@ -6,31 +6,69 @@ use std::fmt::Write;
 /// `now` is the audit time in seconds since the epoch.
 pub fn render(audits: &[DiskAudit], now: f64) -> String {
     let mut out = String::new();
-    family(&mut out, "blkalign_partition_misaligned", "1 if the partition start is not on a physical sector boundary.");
+    family(
+        &mut out,
+        "blkalign_partition_misaligned",
+        "1 if the partition start is not on a physical sector boundary.",
+    );
     for (a, p) in partitions(audits) {
         let value = u8::from(!p.verdict.aligned_physical);
-        sample(&mut out, "blkalign_partition_misaligned", &a.path.to_string_lossy(), Some(p.partition.number), value);
+        sample(
+            &mut out,
+            "blkalign_partition_misaligned",
+            &a.path.to_string_lossy(),
+            Some(p.partition.number),
+            value,
+        );
     }
     family(&mut out, "blkalign_partition_start_bytes", "Byte offset of the partition start.");
     for (a, p) in partitions(audits) {
-        sample(&mut out, "blkalign_partition_start_bytes", &a.path.to_string_lossy(), Some(p.partition.number), p.verdict.start_bytes);
+        sample(
+            &mut out,
+            "blkalign_partition_start_bytes",
+            &a.path.to_string_lossy(),
+            Some(p.partition.number),
+            p.verdict.start_bytes,
+        );
     }
-    family(&mut out, "blkalign_disk_physical_sector_bytes", "Physical sector size alignment was judged against.");
+    family(
+        &mut out,
+        "blkalign_disk_physical_sector_bytes",
+        "Physical sector size alignment was judged against.",
+    );
     for a in audits {
         if let Some(g) = &a.geometry {
-            sample(&mut out, "blkalign_disk_physical_sector_bytes", &a.path.to_string_lossy(), None, g.physical);
+            sample(
+                &mut out,
+                "blkalign_disk_physical_sector_bytes",
+                &a.path.to_string_lossy(),
+                None,
+                g.physical,
+            );
         }
     }
     family(&mut out, "blkalign_disk_audit_error", "1 if the disk or its table could not be read.");
     for a in audits {
-        sample(&mut out, "blkalign_disk_audit_error", &a.path.to_string_lossy(), None, u8::from(a.error.is_some()));
+        sample(
+            &mut out,
+            "blkalign_disk_audit_error",
+            &a.path.to_string_lossy(),
+            None,
+            u8::from(a.error.is_some()),
+        );
     }
-    family(&mut out, "blkalign_audit_timestamp_seconds", "When the audit ran, in seconds since the epoch.");
+    family(
+        &mut out,
+        "blkalign_audit_timestamp_seconds",
+        "When the audit ran, in seconds since the epoch.",
+    );
     let _ = writeln!(out, "blkalign_audit_timestamp_seconds {now:.3}");
     out
 }
 
-fn partitions(audits: &[DiskAudit]) -> impl Iterator<Item = (&DiskAudit, &crate::audit::PartitionAudit)> {
+fn partitions(
+    audits: &[DiskAudit],
+) -> impl Iterator<Item = (&DiskAudit, &crate::audit::PartitionAudit)> {
     audits.iter().flat_map(|a| a.partitions.iter().map(move |p| (a, p)))
 }
 
@@ -38,7 +76,13 @@ fn family(out: &mut String, name: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
 }
 
-fn sample(out: &mut String, name: &str, device: &str, partition: Option<u32>, value: impl std::fmt::Display) {
+fn sample(
+    out: &mut String,
+    name: &str,
+    device: &str,
+    partition: Option<u32>,
+    value: impl std::fmt::Display,
+) {
     let _ = write!(out, "{name}{{device=\"{}\"", escape(device));
     if let Some(n) = partition {
         let _ = write!(out, ",partition=\"{n}\"");

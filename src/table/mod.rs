@@ -150,7 +150,9 @@ impl Layout {
         let mut used: Vec<(u64, u64)> = self
             .partitions
             .iter()
-            .map(|p| (p.start.saturating_mul(ss), p.start.saturating_add(p.size).saturating_mul(ss)))
+            .map(|p| {
+                (p.start.saturating_mul(ss), p.start.saturating_add(p.size).saturating_mul(ss))
+            })
             .collect();
         used.sort_unstable();
         let mut free = Vec::new();
@@ -463,9 +465,13 @@ mod tests {
     fn free_ranges_skip_partitions_extended_and_the_boot_gap() {
         let mbr = read_img(&mbr_extended(), 512);
         assert_eq!(mbr.free_ranges(512 * 512), [320 * 512..512 * 512]);
-        let gpt = read_img(&gpt_image(512, 4096, 128, &[(2048, 2099, "a"), (3000, 3099, "b")]), 512);
+        let gpt =
+            read_img(&gpt_image(512, 4096, 128, &[(2048, 2099, "a"), (3000, 3099, "b")]), 512);
         let last = gpt.gpt.as_ref().unwrap().last_usable_lba;
-        assert_eq!(gpt.free_ranges(4096 * 512), [2100 * 512..3000 * 512, 3100 * 512..(last + 1) * 512]);
+        assert_eq!(
+            gpt.free_ranges(4096 * 512),
+            [2100 * 512..3000 * 512, 3100 * 512..(last + 1) * 512]
+        );
         assert!(read_img(&[0u8; 8192], 512).free_ranges(8192).is_empty());
     }
 

@@ -53,7 +53,10 @@ mod tests {
         assert_eq!(name_of("c12a7328-f81f-11d2-ba4b-00a0c93ec93b"), Some("efi"));
         assert_eq!(name_of("0x42"), None);
         assert_eq!(name_of("not a guid"), None);
-        assert_eq!(by_name("esp"), Some((Some(0xef), Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B"))));
+        assert_eq!(
+            by_name("esp"),
+            Some((Some(0xef), Some("C12A7328-F81F-11D2-BA4B-00A0C93EC93B")))
+        );
         assert_eq!(by_name("bios"), Some((None, Some("21686148-6449-6E6F-744E-656564454649"))));
         assert_eq!(by_name("nonsense"), None);
     }

@@ -21,11 +21,8 @@ pub use blkalign::emulate::which;
 
 /// True when the test can run; otherwise says why, and fails under strict.
 pub fn needs(root: bool, tools: &[&str]) -> bool {
-    let mut missing: Vec<String> = tools
-        .iter()
-        .filter(|t| which(t).is_none())
-        .map(|t| format!("tool `{t}`"))
-        .collect();
+    let mut missing: Vec<String> =
+        tools.iter().filter(|t| which(t).is_none()).map(|t| format!("tool `{t}`")).collect();
     if root && !is_root() {
         missing.push("root".into());
     }
