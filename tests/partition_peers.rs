@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{blkalign, needs, run, Image, Loop};
+use common::{blkalign, needs, parted_aligned, run, sfdisk_partitions, Image, Loop};
 use proptest::prelude::*;
 use serde_json::Value;
-use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 
@@ -50,31 +49,6 @@ fn sgdisk_verify(dev: &str) {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("No problems found"), "sgdisk -v {dev}: {text}");
     assert!(!text.contains("Caution") && !text.contains("Warning"), "sgdisk -v {dev}: {text}");
-}
-
-fn parted_aligned(dev: &str, number: u64) -> bool {
-    let exe = common::which("parted").expect("parted");
-    let status = Command::new(exe)
-        .args(["-s", dev, "align-check", "opt", &number.to_string()])
-        .status()
-        .expect("parted");
-    status.success()
-}
-
-/// (number, start, size) as sfdisk reads them.
-fn sfdisk_partitions(dev: &str) -> Vec<(u64, u64, u64)> {
-    let out = run("sfdisk", &["--json", dev]);
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("sfdisk json");
-    let parts = doc["partitiontable"]["partitions"].as_array().cloned().unwrap_or_default();
-    parts
-        .iter()
-        .map(|p| {
-            let node = p["node"].as_str().expect("node");
-            let digits: String = node.chars().rev().take_while(char::is_ascii_digit).collect();
-            let number = digits.chars().rev().collect::<String>().parse().expect("number");
-            (number, p["start"].as_u64().expect("start"), p["size"].as_u64().expect("size"))
-        })
-        .collect()
 }
 
 /// (number, start, size) of every planned partition.

@@ -3,37 +3,9 @@
 
 mod common;
 
-use common::{blkalign, needs, run, run_stdin, Image, Loop};
+use common::{blkalign, needs, parted_aligned, run, run_stdin, sfdisk_partitions, Image, Loop};
 use proptest::prelude::*;
 use serde_json::Value;
-use std::process::Command;
-
-/// (number, start, size) for every partition, as sfdisk reads them.
-fn sfdisk_partitions(dev: &str) -> Vec<(u64, u64, u64)> {
-    let out = run("sfdisk", &["--json", dev]);
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("sfdisk json");
-    doc["partitiontable"]["partitions"]
-        .as_array()
-        .expect("partitions")
-        .iter()
-        .map(|p| {
-            let node = p["node"].as_str().expect("node");
-            let number: String = node.chars().rev().take_while(char::is_ascii_digit).collect();
-            let number = number.chars().rev().collect::<String>().parse().expect("number");
-            (number, p["start"].as_u64().expect("start"), p["size"].as_u64().expect("size"))
-        })
-        .collect()
-}
-
-/// parted's verdict: `align-check opt N` exits 0 when aligned.
-fn parted_aligned(dev: &str, number: u64) -> bool {
-    let exe = common::which("parted").expect("parted");
-    let status = Command::new(exe)
-        .args(["-s", dev, "align-check", "opt", &number.to_string()])
-        .status()
-        .expect("run parted");
-    status.success()
-}
 
 fn audit(dev: &str) -> (i32, Value) {
     let out = blkalign().args(["audit", "--json", dev]).output().expect("run");

@@ -150,6 +150,32 @@ impl Drop for Loop {
     }
 }
 
+/// (number, start, size) of every partition, as `sfdisk --json` reads them.
+pub fn sfdisk_partitions(dev: &str) -> Vec<(u64, u64, u64)> {
+    let out = run("sfdisk", &["--json", dev]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("sfdisk json");
+    let parts = doc["partitiontable"]["partitions"].as_array().cloned().unwrap_or_default();
+    parts
+        .iter()
+        .map(|p| {
+            let node = p["node"].as_str().expect("node");
+            let digits: String = node.chars().rev().take_while(char::is_ascii_digit).collect();
+            let number = digits.chars().rev().collect::<String>().parse().expect("number");
+            (number, p["start"].as_u64().expect("start"), p["size"].as_u64().expect("size"))
+        })
+        .collect()
+}
+
+/// parted's verdict: `parted -s DEV align-check opt N` exits 0 when aligned.
+pub fn parted_aligned(dev: &str, number: u64) -> bool {
+    let exe = which("parted").expect("parted");
+    let status = Command::new(exe)
+        .args(["-s", dev, "align-check", "opt", &number.to_string()])
+        .status()
+        .expect("run parted");
+    status.success()
+}
+
 /// The blkalign binary under test.
 pub fn blkalign() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("blkalign").expect("binary built")
