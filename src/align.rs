@@ -138,11 +138,8 @@ impl Geometry {
     /// The last LBA at or before `pos` that is physically aligned.
     fn lba_down(&self, pos: u64) -> Option<u64> {
         let grain = lcm(self.physical, self.logical)?;
-        let mut at = align_down(pos, grain, self.alignment_offset)?;
-        while at % self.logical != 0 {
-            at = at.checked_sub(grain)?;
-        }
-        Some(at / self.logical)
+        let at = align_down(pos, grain, self.alignment_offset)?;
+        (at % self.logical == 0).then_some(at / self.logical)
     }
 
     /// The first LBA at or after `pos` that is physically aligned.

@@ -206,7 +206,17 @@ pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layou
     let lba0 = read_lba(dev, 0, sector_size)?;
     let mbr = mbr::Mbr::parse(&lba0);
     let guarded = mbr.as_ref().is_some_and(mbr::Mbr::guards_gpt);
-    if guarded || gpt::primary_valid(dev, sector_size, sectors) {
+    // A GPT behind an MBR that has partitions but no 0xEE entry is stale:
+    // Linux, fdisk and libblkid all use the MBR.
+    let mbr_in_use = mbr.as_ref().is_some_and(|m| m.entries.iter().any(|e| !e.is_empty()));
+    if !guarded && mbr_in_use && gpt::primary_valid(dev, sector_size, sectors) {
+        layout.problems.push(Problem::new(
+            "stale_gpt",
+            "a valid GPT at LBA 1 sits behind an MBR without a protective entry: \
+             the MBR is in use and the GPT is a leftover (wipe it)",
+        ));
+    }
+    if guarded || (!mbr_in_use && gpt::primary_valid(dev, sector_size, sectors)) {
         if let Some(mbr) = &mbr {
             layout.mbr = Some(mbr.gpt_guard_info(&mut layout.problems));
         }
@@ -708,6 +718,16 @@ mod tests {
         let mbr = layout.mbr.unwrap();
         assert!(mbr.hybrid && !mbr.protective);
         assert_eq!(layout.partitions.len(), 1);
+    }
+
+    #[test]
+    fn mbr_with_partitions_wins_over_a_stale_gpt() {
+        let mut img = gpt_image(512, 4096, 128, &[(2048, 2099, "a")]);
+        mbr_entry(&mut img, 0, 0, 0x83, 63, 1000);
+        let layout = read_img(&img, 512);
+        assert_eq!(layout.label, Label::Mbr);
+        assert_eq!((layout.partitions[0].start, layout.partitions[0].size), (63, 1000));
+        assert_eq!(problems(&layout), ["stale_gpt"]);
     }
 
     #[test]
