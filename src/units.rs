@@ -19,6 +19,11 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
     n.checked_mul(1 << shift)
 }
 
+/// A sector size: a power of two from 512 to `max`.
+pub fn is_sector_size(size: u64, max: u64) -> bool {
+    size.is_power_of_two() && (512..=max).contains(&size)
+}
+
 #[cfg(test)]
 mod tests {
     use super::parse_bytes;

@@ -3,7 +3,7 @@
 
 use super::io::sysfs_dir;
 use super::BenchError;
-use crate::device::exclusive::{first_user, Node};
+use crate::device::exclusive::user_of_dir;
 use crate::device::SysRoot;
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -18,19 +18,9 @@ pub fn check_unused(file: &fs::File, path: &Path, sys: &Path) -> Result<(), Benc
         return Ok(());
     }
     let dir = sysfs_dir(sys, meta.rdev())?;
-    let mut nodes: Vec<Node> = Node::of_dir(&dir).into_iter().collect();
-    nodes.extend(partitions(&dir).iter().filter_map(|d| Node::of_dir(d)));
     let root = SysRoot { sys: sys.to_path_buf(), dev: PathBuf::from("/dev") };
-    match first_user(&root, &nodes) {
+    match user_of_dir(&root, &dir) {
         Some(by) => Err(BenchError::InUse { path: path.to_path_buf(), by }),
         None => Ok(()),
     }
-}
-
-/// Partition directories inside a disk's sysfs directory.
-fn partitions(disk: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir(disk) else {
-        return Vec::new();
-    };
-    entries.flatten().map(|e| e.path()).filter(|p| p.join("partition").is_file()).collect()
 }

@@ -1,7 +1,7 @@
 //! Safety for writing a partition table: refuse targets something else is
 //! using, open them exclusively, and make the kernel see the new table.
 
-use super::sysfs::{partition_number, read_text, SysRoot};
+use super::sysfs::{partition_dirs, read_text, SysRoot};
 use super::{Target, TargetKind};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
@@ -21,7 +21,7 @@ fn io_error(path: &Path, e: impl Into<std::io::Error>) -> ExclusiveError {
 }
 
 /// A block device node with its kernel name and "major:minor".
-pub(crate) struct Node {
+struct Node {
     pub name: String,
     pub dev: String,
     pub holders: PathBuf,
@@ -58,7 +58,7 @@ pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveErro
 }
 
 /// Who uses the first of `nodes` that is in use, in words.
-pub(crate) fn first_user(root: &SysRoot, nodes: &[Node]) -> Option<String> {
+fn first_user(root: &SysRoot, nodes: &[Node]) -> Option<String> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     nodes.iter().find_map(|node| {
         if let Some(point) = mounted(&mountinfo, &node.dev) {
@@ -75,15 +75,20 @@ pub(crate) fn first_user(root: &SysRoot, nodes: &[Node]) -> Option<String> {
 
 /// The disk and its partitions, from SYS/block/NAME.
 fn nodes(root: &SysRoot, name: &str) -> Vec<Node> {
-    let disk = root.sys.join("block").join(name);
-    let mut out: Vec<Node> = Node::of_dir(&disk).into_iter().collect();
-    let entries = fs::read_dir(&disk).into_iter().flatten().flatten();
-    out.extend(
-        entries
-            .filter(|e| partition_number(&e.path()).is_some())
-            .filter_map(|e| Node::of_dir(&e.path())),
-    );
+    nodes_of_dir(&root.block(name))
+}
+
+/// The device of a sysfs directory and the partitions inside it.
+fn nodes_of_dir(dir: &Path) -> Vec<Node> {
+    let mut out: Vec<Node> = Node::of_dir(dir).into_iter().collect();
+    out.extend(partition_dirs(dir).iter().filter_map(|d| Node::of_dir(d)));
     out
+}
+
+/// Who uses the block device of sysfs directory `dir` or any partition in
+/// it (mounted, held, claimed), in words; None when nobody does.
+pub(crate) fn user_of_dir(root: &SysRoot, dir: &Path) -> Option<String> {
+    first_user(root, &nodes_of_dir(dir))
 }
 
 /// The mount point of device `dev` ("8:1") in a mountinfo text, whose third
@@ -109,7 +114,7 @@ fn claimed(node: &Path) -> bool {
 }
 
 /// The loop device whose backing file is `image`, if any.
-fn loop_backed_by(root: &SysRoot, image: &Path) -> Option<String> {
+pub(crate) fn loop_backed_by(root: &SysRoot, image: &Path) -> Option<String> {
     let image = fs::canonicalize(image).ok()?;
     let block = fs::read_dir(root.sys.join("block")).ok()?;
     block.flatten().find_map(|entry| {

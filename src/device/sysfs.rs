@@ -40,13 +40,23 @@ pub struct KernelPartition {
 /// Partitions of disk `name` from SYS/block/NAME/*/partition, by number.
 /// Used when the device itself is unreadable; empty when there are none.
 pub fn kernel_partitions(root: &SysRoot, name: &str) -> Vec<KernelPartition> {
-    let Ok(entries) = fs::read_dir(root.block(name)) else {
-        return Vec::new();
-    };
     let mut parts: Vec<KernelPartition> =
-        entries.flatten().filter_map(|entry| partition_at(&entry.path())).collect();
+        partition_dirs(&root.block(name)).iter().filter_map(|dir| partition_at(dir)).collect();
     parts.sort_by_key(|p| p.number);
     parts
+}
+
+/// The partition directories inside a disk's sysfs directory.
+pub(crate) fn partition_dirs(disk: &Path) -> Vec<PathBuf> {
+    let entries = fs::read_dir(disk).into_iter().flatten().flatten();
+    entries.map(|e| e.path()).filter(|p| partition_number(p).is_some()).collect()
+}
+
+/// SYS/dev/block/MAJ:MIN resolved to the real directory: found by device
+/// number, so aliases such as /dev/disk/by-id/... work too.
+pub(crate) fn block_dir(sys: &Path, rdev: u64) -> Option<PathBuf> {
+    let number = format!("{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev));
+    fs::canonicalize(sys.join("dev/block").join(number)).ok()
 }
 
 /// sysfs `start` and `size` are in 512-byte units whatever the sector size.

@@ -1,6 +1,6 @@
 //! Turning what the user typed into a whole disk or an image, and opening it.
 
-use super::sysfs::{partition_number, read_number, SysRoot};
+use super::sysfs::{block_dir, partition_number, read_number, SysRoot};
 use super::{DeviceError, Target, TargetKind};
 use rustix::fs::{major, minor, Mode, OFlags};
 use std::fs::{self, File};
@@ -58,13 +58,12 @@ pub fn resolve(root: &SysRoot, path: &Path) -> Result<Target, DeviceError> {
     Err(DeviceError::NotBlockOrFile(path.to_path_buf()))
 }
 
-/// Find the sysfs directory by device number rather than by node name, so
-/// aliases such as /dev/disk/by-id/... resolve too.
+/// Find the sysfs directory by device number rather than by node name.
 fn resolve_block(root: &SysRoot, path: &Path, rdev: u64) -> Result<Target, DeviceError> {
-    let number = format!("{}:{}", major(rdev), minor(rdev));
-    let dir = fs::canonicalize(root.sys.join("dev/block").join(&number)).ok();
-    dir.and_then(|dir| target_of_sysfs_dir(root, &dir))
-        .ok_or_else(|| DeviceError::NoSysfs { path: path.to_path_buf(), number })
+    block_dir(&root.sys, rdev).and_then(|dir| target_of_sysfs_dir(root, &dir)).ok_or_else(|| {
+        let number = format!("{}:{}", major(rdev), minor(rdev));
+        DeviceError::NoSysfs { path: path.to_path_buf(), number }
+    })
 }
 
 /// A partition directory sits inside its disk's directory.

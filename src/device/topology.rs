@@ -155,7 +155,7 @@ fn sector_size(
     notes: &mut Vec<String>,
 ) -> Option<Sourced<u64>> {
     let v = value?;
-    if is_sector_size(v.value, 65536) {
+    if crate::units::is_sector_size(v.value, 65536) {
         return Some(v);
     }
     notes.push(format!(
@@ -163,10 +163,6 @@ fn sector_size(
         v.value
     ));
     None
-}
-
-fn is_sector_size(value: u64, max: u64) -> bool {
-    value.is_power_of_two() && (512..=max).contains(&value)
 }
 
 fn assumed(what: &str, value: u64, notes: &mut Vec<String>) -> Sourced<u64> {
@@ -268,12 +264,12 @@ fn gpt_sector_size(file: &File) -> Option<u64> {
 /// not below logical, alignment offset below physical. `topology` checks
 /// them again against the device's values (offset in whole logical sectors).
 pub fn validate_overrides(o: &Overrides) -> Result<(), DeviceError> {
-    if let Some(l) = o.logical_sector_size.filter(|&l| !is_sector_size(l, 4096)) {
+    if let Some(l) = o.logical_sector_size.filter(|&l| !crate::units::is_sector_size(l, 4096)) {
         return Err(invalid(format!(
             "logical sector size {l} is not a power of two from 512 to 4096"
         )));
     }
-    if let Some(p) = o.physical_sector_size.filter(|&p| !is_sector_size(p, 65536)) {
+    if let Some(p) = o.physical_sector_size.filter(|&p| !crate::units::is_sector_size(p, 65536)) {
         return Err(invalid(format!(
             "physical sector size {p} is not a power of two from 512 to 65536"
         )));

@@ -181,14 +181,10 @@ pub enum TableError {
 }
 
 /// Logical sector sizes we read tables for.
-fn valid_sector_size(size: u64) -> bool {
-    (512..=4096).contains(&size) && size.is_power_of_two()
-}
-
 /// Read whatever table `dev` holds. `sector_size` is the logical sector
 /// size (512..=4096, power of two); `size_bytes` the device or image size.
 pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layout, TableError> {
-    if !valid_sector_size(sector_size) {
+    if !crate::units::is_sector_size(sector_size, 4096) {
         return Err(TableError::SectorSize(sector_size));
     }
     let sectors = size_bytes / sector_size;
