@@ -168,7 +168,11 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     );
     let logical = topology.logical_sector_size.value;
     let found = match &file {
-        Ok(file) => read_table(&mut audit, file, &topology),
+        Ok(file) => match read_table(&mut audit, file, &topology) {
+            // Better the kernel's view than nothing when the table is unusable.
+            None => kernel_partitions(root, target, logical),
+            Some(partitions) => partitions,
+        },
         Err(err) => {
             audit.error = Some(format!("unreadable: {err}"));
             kernel_partitions(root, target, logical)
@@ -209,8 +213,9 @@ fn apply_probe(topology: &mut Topology, root: &SysRoot, file: &File, path: &Path
     }
 }
 
-/// Read the table into `audit`, returning its partitions.
-fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Vec<Partition> {
+/// Read the table into `audit`, returning its partitions; None when it
+/// could not be read (the error is in `audit`).
+fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Option<Vec<Partition>> {
     let sector = topology.logical_sector_size.value;
     if topology.size_bytes < sector.saturating_mul(2) {
         audit.table = TableState::None;
@@ -218,7 +223,7 @@ fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Vec<Pa
             "too_small",
             format!("{} bytes: too small to hold a partition table", topology.size_bytes),
         ));
-        return Vec::new();
+        return Some(Vec::new());
     }
     match table::read(file, sector, topology.size_bytes) {
         Ok(layout) => {
@@ -226,11 +231,11 @@ fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Vec<Pa
             audit.problems = layout.problems;
             audit.gpt = layout.gpt;
             audit.mbr = layout.mbr;
-            layout.partitions
+            Some(layout.partitions)
         }
         Err(err) => {
             audit.error = Some(err.to_string());
-            Vec::new()
+            None
         }
     }
 }

@@ -35,16 +35,25 @@ pub struct Args {
     strict: bool,
 
     /// Measure each disk's physical sector and alignment offset by timing
-    /// writes (non-destructive: each write puts back the bytes it found;
-    /// refused on mounted or held disks) and judge by the measurement.
+    /// writes, and judge by the measurement. Each write puts back the bytes
+    /// it found; mounted or held disks are refused. Writes, so needs --yes.
     #[arg(long)]
     probe: bool,
+
+    /// Allow --probe to write.
+    #[arg(long, requires = "probe")]
+    yes: bool,
 
     #[command(flatten)]
     geometry: GeometryArgs,
 }
 
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+    if args.probe && !args.yes {
+        anyhow::bail!(
+            "--probe writes to each disk (putting back the bytes it read): add --yes to allow it"
+        );
+    }
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let opts = Options {
         overrides: args.geometry.overrides(),

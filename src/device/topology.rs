@@ -5,7 +5,7 @@ use super::quirks::quirk_for;
 use super::sysfs::{read_text, read_u64, SysRoot};
 use super::{ioctl, DeviceError, Overrides, Source, Sourced, Target, TargetKind, Topology};
 use std::fs::File;
-use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 /// Some USB-SATA bridges report 0xFFFF sectors of 512 bytes as optimal I/O
@@ -232,7 +232,7 @@ fn image_topology(target: &Target, file: Option<&File>) -> Result<Topology, Devi
         None => std::fs::metadata(&target.path),
     };
     let meta = meta.map_err(|e| DeviceError::from_io(&target.path, e))?;
-    let logical = match file.and_then(gpt_sector_size) {
+    let logical = match file.and_then(|f| crate::table::detect_sector_size(f, meta.len())) {
         Some(size) => Sourced::new(size, Source::Table),
         None => Sourced::new(512, Source::Assumed),
     };
@@ -248,14 +248,6 @@ fn image_topology(target: &Target, file: Option<&File>) -> Result<Topology, Devi
         model: None,
         serial: None,
         notes: Vec::new(),
-    })
-}
-
-/// The GPT header sits at LBA 1: byte 512 or byte 4096.
-fn gpt_sector_size(file: &File) -> Option<u64> {
-    [512, 4096].into_iter().find(|&at| {
-        let mut signature = [0u8; 8];
-        file.read_exact_at(&mut signature, at).is_ok() && &signature == b"EFI PART"
     })
 }
 
@@ -349,6 +341,15 @@ fn reconcile(topo: &mut Topology) -> Result<(), DeviceError> {
         ));
         topo.alignment_offset = Sourced::new(reduced, offset.source);
     }
+    let offset = topo.alignment_offset;
+    if offset.value % logical.value != 0 {
+        // No LBA can start there: a reported offset in part-sectors is junk.
+        topo.notes.push(format!(
+            "ignored alignment offset {}: not a whole number of {}-byte sectors",
+            offset.value, logical.value
+        ));
+        topo.alignment_offset = Sourced::new(0, Source::Assumed);
+    }
     Ok(())
 }
 
@@ -391,6 +392,26 @@ mod tests {
         assert_eq!(optimal_io_hint(kernel(6144), 4096, &mut notes), None);
         assert_eq!(minimum_io_hint(kernel(1000), 512, &mut notes), None);
         assert_eq!(notes.len(), 3, "{notes:?}");
+    }
+
+    #[test]
+    fn part_sector_offsets_are_ignored() {
+        let mut topo = Topology {
+            logical_sector_size: Sourced::new(4096, Source::Kernel),
+            physical_sector_size: Sourced::new(4096, Source::Kernel),
+            alignment_offset: Sourced::new(512, Source::Kernel),
+            minimum_io_size: None,
+            optimal_io_size: None,
+            size_bytes: 1 << 30,
+            rotational: None,
+            vendor: None,
+            model: None,
+            serial: None,
+            notes: Vec::new(),
+        };
+        reconcile(&mut topo).unwrap();
+        assert_eq!(topo.alignment_offset, Sourced::new(0, Source::Assumed));
+        assert_eq!(topo.notes.len(), 1, "{:?}", topo.notes);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! node_exporter's textfile-collector format.
 
-use crate::audit::DiskAudit;
+use crate::audit::{DiskAudit, PartitionAudit};
+use crate::table::PartKind;
 use std::fmt::Write;
 
 /// `now` is the audit time in seconds since the epoch.
@@ -66,10 +67,11 @@ pub fn render(audits: &[DiskAudit], now: f64) -> String {
     out
 }
 
-fn partitions(
-    audits: &[DiskAudit],
-) -> impl Iterator<Item = (&DiskAudit, &crate::audit::PartitionAudit)> {
-    audits.iter().flat_map(|a| a.partitions.iter().map(move |p| (a, p)))
+fn partitions(audits: &[DiskAudit]) -> impl Iterator<Item = (&DiskAudit, &PartitionAudit)> {
+    // The extended container holds only EBRs: its start would raise false
+    // alarms, as it never counts towards the verdict either.
+    let data = |p: &&PartitionAudit| p.partition.kind != PartKind::Extended;
+    audits.iter().flat_map(move |a| a.partitions.iter().filter(data).map(move |p| (a, p)))
 }
 
 fn family(out: &mut String, name: &str, help: &str) {

@@ -264,15 +264,25 @@ pub(crate) fn read_into(
     let last = sectors.saturating_sub(1);
     let primary = read_table(dev, 1, ss, sectors);
     // Trust the primary's pointer; else look where the backup belongs.
-    let backup_lba = match &primary {
+    let mut backup_lba = match &primary {
         Ok(t) if t.header.alternate_lba != 1 => t.header.alternate_lba,
         _ => last,
     };
-    let backup = if backup_lba > 1 {
+    let mut backup = if backup_lba > 1 {
         read_table(dev, backup_lba, ss, sectors)
     } else {
         Err("device has no room for a backup header".to_string())
     };
+    // A primary pointing the wrong way must not hide a good backup at the end.
+    if backup.is_err() && backup_lba != last && last > 1 {
+        if let Ok(found) = read_table(dev, last, ss, sectors) {
+            let msg = format!(
+                "the primary GPT puts its backup at LBA {backup_lba}, but it is at LBA {last}"
+            );
+            layout.problems.push(Problem::new("gpt_alternate_lba_wrong", msg));
+            (backup, backup_lba) = (Ok(found), last);
+        }
+    }
     let problems = &mut layout.problems;
     let (table, header_lba, used_backup) = match (primary, backup) {
         (Ok(p), Ok(b)) => {

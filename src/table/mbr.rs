@@ -239,14 +239,14 @@ impl<'a> Chain<'a> {
             return None;
         };
         self.ebrs.push(lba);
-        let [data, link, ..] = ebr.entries;
-        if !data.is_empty() {
-            self.add_logical(lba, &data);
+        // As Linux reads an EBR: the data is the first non-empty entry that
+        // is not an extended type, the link the first that is, in any slot.
+        let entries = ebr.entries;
+        if let Some(data) = entries.iter().find(|e| !e.is_empty() && !e.is_extended()) {
+            self.add_logical(lba, data);
         }
-        if link.is_empty() {
-            return None;
-        }
-        self.link_target(lba, &link)
+        let link = entries.iter().find(|e| !e.is_empty() && e.is_extended())?;
+        self.link_target(lba, link)
     }
 
     /// Record the logical partition described by the EBR at `lba`.

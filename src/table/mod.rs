@@ -689,6 +689,24 @@ mod tests {
     }
 
     #[test]
+    fn wrong_alternate_lba_does_not_hide_the_backup() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
+        img[512 + 32..512 + 40].copy_from_slice(&100u64.to_le_bytes());
+        reseal(&mut img, 512, 1);
+        let layout = read_img(&img, 512);
+        assert!(problems(&layout).contains(&"gpt_alternate_lba_wrong"), "{:?}", layout.problems);
+        assert!(!problems(&layout).contains(&"gpt_backup_invalid"));
+    }
+
+    #[test]
+    fn ebr_slots_are_read_by_type_not_position() {
+        let mut img = mbr_extended();
+        mbr_entry(&mut img, 64 * 512, 0, 0x05, 64, 64);
+        mbr_entry(&mut img, 64 * 512, 1, 0x83, 1, 63);
+        assert_eq!(read_img(&img, 512).partitions, read_img(&mbr_extended(), 512).partitions);
+    }
+
+    #[test]
     fn differing_backup_is_reported() {
         let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
         img[255 * 512 + 56] ^= 1;
