@@ -108,7 +108,7 @@ fn spec(args: StartArgs) -> anyhow::Result<Spec> {
         ..base
     };
     if let Some(lba) = args.lowest_aligned {
-        geometry = geometry.with_lowest_aligned(lba);
+        geometry = geometry.with_lowest_aligned(lba)?;
     }
     let same_shape = Geometry { latency_ms: base.latency_ms, ..geometry } == base;
     let preset = match args.preset {
