@@ -108,7 +108,7 @@ fn spec(args: StartArgs) -> anyhow::Result<Spec> {
         ..base
     };
     if let Some(lba) = args.lowest_aligned {
-        geometry = geometry.with_lowest_aligned(lba);
+        geometry = geometry.with_lowest_aligned(lba)?;
     }
     let same_shape = Geometry { latency_ms: base.latency_ms, ..geometry } == base;
     let preset = match args.preset {
@@ -138,17 +138,15 @@ fn list(json: bool) -> anyhow::Result<u8> {
     Ok(if broken { EXIT_PROBLEM } else { EXIT_OK })
 }
 
+/// Stops what it can; drives in use (or failing to stop) are named on
+/// stderr and make the exit status an error.
 fn stop_all() -> anyhow::Result<u8> {
-    match emulate::stop_all() {
-        Ok(ids) => {
-            super::emit(&ids.iter().map(|id| format!("stopped {id}\n")).collect::<String>())?;
-            Ok(EXIT_OK)
-        }
-        Err(err) => {
-            eprintln!("blkalign: stopping all emulated drives: {err}");
-            Ok(EXIT_ERROR)
-        }
+    let done = emulate::stop_all().context("stopping all emulated drives")?;
+    super::emit(&done.stopped.iter().map(|id| format!("stopped {id}\n")).collect::<String>())?;
+    for (id, err) in &done.failed {
+        eprintln!("blkalign: not stopped: {id}: {err}");
     }
+    Ok(if done.failed.is_empty() { EXIT_OK } else { EXIT_ERROR })
 }
 
 /// What `start --json` and `list --json` print: the true geometry, and

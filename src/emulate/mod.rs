@@ -18,8 +18,8 @@ pub use stack::which;
 mod state;
 
 pub use preset::{preset, Geometry, Preset, DEFAULT_LATENCY_MS, PRESETS};
-pub use stack::{healthy, power_cut, start, stop, stop_all};
-pub use state::{list, state_dir, Drive, DEFAULT_STATE_DIR};
+pub use stack::{healthy, power_cut, start, stop, stop_all, StopAll};
+pub use state::{list, state_dir, Drive};
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -86,6 +86,12 @@ pub enum EmulateError {
     Spec(String),
     #[error("no emulated drive `{0}`")]
     NoSuchDrive(String),
+    #[error(
+        "{id} ({}) is in use: {by}; unmount or release it first \
+         (power-cut ends it anyway, losing writes not yet on the platter)",
+        device.display()
+    )]
+    InUse { id: String, device: PathBuf, by: String },
     #[error("{what}: {source}")]
     Io {
         what: String,

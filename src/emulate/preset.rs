@@ -53,11 +53,14 @@ impl Geometry {
     }
 
     /// Sets the alignment from the lowest aligned LBA, as `--lowest-aligned`
-    /// and hdparm/smartctl express it.
-    pub fn with_lowest_aligned(self, lba: u32) -> Geometry {
+    /// and hdparm/smartctl express it. The sector sizes are checked first
+    /// (a physical size of 0 has no alignment); the result is not, so a
+    /// later [`Geometry::validate`] still judges the whole geometry.
+    pub fn with_lowest_aligned(self, lba: u32) -> Result<Geometry, EmulateError> {
+        Geometry { alignment_offset: 0, ..self }.validate()?;
         let offset = u64::from(lba) * u64::from(self.logical) % u64::from(self.physical);
         // Below `physical` (u32), so it fits.
-        Geometry { alignment_offset: offset as u32, ..self }
+        Ok(Geometry { alignment_offset: offset as u32, ..self })
     }
 }
 
@@ -113,8 +116,22 @@ mod tests {
 
     #[test]
     fn lowest_aligned_lba_seven_is_the_jumper() {
-        let g = preset("wd-ears").unwrap().with_lowest_aligned(7);
+        let g = preset("wd-ears").unwrap().with_lowest_aligned(7).unwrap();
         assert_eq!(g, preset("wd-ears-jumper").unwrap());
+    }
+
+    #[test]
+    fn lowest_aligned_with_bad_sector_sizes_is_an_error_not_a_panic() {
+        for (logical, physical) in [(512, 0), (0, 4096), (4096, 512), (512, 3000)] {
+            let err = Geometry::new(logical, physical, 0).with_lowest_aligned(1).unwrap_err();
+            assert!(matches!(err, EmulateError::Geometry(_)), "{logical}/{physical}: {err}");
+        }
+        // A preset's offset that the new sector size would make invalid is
+        // replaced, not judged.
+        let g = preset("wd-ears-jumper").unwrap();
+        let g = Geometry { physical: 512, ..g }.with_lowest_aligned(0).unwrap();
+        assert_eq!(g.alignment_offset, 0);
+        g.validate().unwrap();
     }
 
     #[test]

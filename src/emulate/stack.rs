@@ -5,9 +5,13 @@
 //! loop device go into the drive's record as soon as they are known.
 
 use super::state::{self, Drive};
-use super::{EmulateError, Spec, DEFAULT_SIZE};
+use super::{EmulateError, LbaRange, Spec, DEFAULT_SIZE};
+use crate::device::exclusive::user_of_dir;
+use crate::device::SysRoot;
 use rustix::process::{kill_process, Pid, Signal};
+use std::ffi::OsString;
 use std::fs;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -34,6 +38,9 @@ pub fn start(spec: &Spec) -> Result<Drive, EmulateError> {
     let file = file.map_err(EmulateError::io("resolving --file"))?;
     let spec = &Spec { file, ..spec.clone() };
     let size = drive_size(spec)?;
+    if let Some(range) = spec.fail_lba {
+        failing_bytes(range, &spec.geometry, size)?;
+    }
     let mut drive = state::create(spec, size)?;
     match bring_up(&mut drive) {
         Ok(()) => Ok(drive),
@@ -44,9 +51,14 @@ pub fn start(spec: &Spec) -> Result<Drive, EmulateError> {
     }
 }
 
-/// Flushes and stops a drive, keeping its file (if any).
+/// Flushes and stops a drive, keeping its file (if any). Refuses while
+/// its loop device or a partition on it is mounted, held or claimed:
+/// tearing the stack down under a file system loses what it has not
+/// written yet.
 pub fn stop(id: &str) -> Result<(), EmulateError> {
-    teardown(&state::load(id)?, Cut::Orderly)
+    let drive = state::load(id)?;
+    check_unused(&drive)?;
+    teardown(&drive, Cut::Orderly)
 }
 
 /// Ends a drive as a power failure would: nbdkit dies first, so writes
@@ -55,32 +67,58 @@ pub fn power_cut(id: &str) -> Result<(), EmulateError> {
     teardown(&state::load(id)?, Cut::Power)
 }
 
+/// What [`stop_all`] did.
+#[derive(Debug, Default)]
+pub struct StopAll {
+    /// Ids of the drives stopped (or records cleaned up).
+    pub stopped: Vec<String>,
+    /// Drives (by id) and leftover directories (by name) that could not be
+    /// stopped, with why: in use, or a step failed.
+    pub failed: Vec<(String, EmulateError)>,
+}
+
 /// Stops every recorded drive, including half-started and unreadable
-/// records; returns the ids stopped, or the first error after trying all.
-pub fn stop_all() -> Result<Vec<String>, EmulateError> {
-    let mut stopped = Vec::new();
-    let mut first_error = None;
+/// records, as [`stop`] would: drives in use are refused, the others
+/// stopped all the same. Err only when the state directory is unreadable.
+pub fn stop_all() -> Result<StopAll, EmulateError> {
+    let mut done = StopAll::default();
     for id in state::ids()? {
         let result = match state::load(&id) {
-            Ok(drive) => teardown(&drive, Cut::Orderly),
+            Ok(drive) => check_unused(&drive).and_then(|()| teardown(&drive, Cut::Orderly)),
             Err(EmulateError::Record { .. }) => {
                 clean_dir(&state::state_dir().join(&id)).and_then(|()| clean_record(&id))
             }
             Err(err) => Err(err),
         };
         match result {
-            Ok(()) => stopped.push(id),
-            Err(err) => {
-                first_error.get_or_insert(err);
-            }
+            Ok(()) => done.stopped.push(id),
+            Err(err) => done.failed.push((id, err)),
         }
     }
     for dir in state::orphan_dirs() {
         if let Err(err) = clean_dir(&dir) {
-            first_error.get_or_insert(err);
+            let name = dir.file_name().map_or_else(|| dir.clone().into(), OsString::from);
+            done.failed.push((name.to_string_lossy().into_owned(), err));
         }
     }
-    first_error.map_or(Ok(stopped), Err)
+    Ok(done)
+}
+
+/// Err(InUse) when the drive's loop device, or a partition on it, is
+/// mounted, held (LVM, MD, dm-crypt) or open exclusively. A loop device
+/// that no longer serves the drive is someone else's and not looked at;
+/// the stack itself (nbdfuse, nbdkit) never opens the loop device.
+fn check_unused(drive: &Drive) -> Result<(), EmulateError> {
+    let Some(device) = drive.device.as_ref().filter(|d| serves(d, drive)) else {
+        return Ok(());
+    };
+    let Some(name) = device.file_name() else { return Ok(()) };
+    let root = SysRoot::real();
+    let dir = root.sys.join("block").join(name);
+    match user_of_dir(&root, &dir) {
+        Some(by) => Err(EmulateError::InUse { id: drive.id.clone(), device: device.clone(), by }),
+        None => Ok(()),
+    }
 }
 
 fn preflight() -> Result<(), EmulateError> {
@@ -116,7 +154,7 @@ fn drive_size(spec: &Spec) -> Result<u64, EmulateError> {
     let physical = u64::from(g.physical);
     let existing = spec.file.as_deref().and_then(|f| fs::metadata(f).ok()).map(|m| m.len());
     let size = match (spec.size, existing) {
-        (Some(size), Some(len)) if platter_size(size, g.shift(), physical) < len => {
+        (Some(size), Some(len)) if platter_size(size, g)? < len => {
             return Err(EmulateError::Spec(format!(
                 "the file holds {len} bytes, more than --size {size}; omit --size to use it all"
             )))
@@ -130,12 +168,50 @@ fn drive_size(spec: &Spec) -> Result<u64, EmulateError> {
             "size {size} is not a positive multiple of the physical sector size {physical}"
         )));
     }
+    platter_size(size, g)?;
     Ok(size)
 }
 
-/// The emulated platter holds the shifted host data, in whole sectors.
-fn platter_size(size: u64, shift: u64, physical: u64) -> u64 {
-    (size + shift).div_ceil(physical) * physical
+/// The emulated platter holds the shifted host data, in whole sectors;
+/// nbdkit takes sizes as signed 64-bit numbers.
+fn platter_size(size: u64, g: &super::Geometry) -> Result<u64, EmulateError> {
+    let physical = u64::from(g.physical);
+    let platter = size
+        .checked_add(g.shift())
+        .map(|bytes| bytes.div_ceil(physical))
+        .and_then(|sectors| sectors.checked_mul(physical))
+        .filter(|&bytes| i64::try_from(bytes).is_ok());
+    platter.ok_or_else(|| {
+        EmulateError::Spec(format!(
+            "size {size} is too large: with the alignment shift of {} bytes the drive needs more \
+             than {} bytes",
+            g.shift(),
+            i64::MAX
+        ))
+    })
+}
+
+/// The platter bytes `start..end` holding the failing LBAs, which must lie
+/// within the `size` bytes the host sees.
+fn failing_bytes(
+    range: LbaRange,
+    g: &super::Geometry,
+    size: u64,
+) -> Result<(u64, u64), EmulateError> {
+    let logical = u64::from(g.logical);
+    let sectors = size / logical;
+    let bytes = |lba: u64| lba.checked_mul(logical).and_then(|b| b.checked_add(g.shift()));
+    let start = bytes(range.first);
+    let end = range.last.checked_add(1).filter(|&after| after <= sectors).and_then(bytes);
+    match (start, end) {
+        (Some(start), Some(end)) => Ok((start, end)),
+        _ => Err(EmulateError::Spec(format!(
+            "--fail-lba {}-{} is outside the drive: its {sectors} logical sectors are LBA 0-{}",
+            range.first,
+            range.last,
+            sectors.saturating_sub(1)
+        ))),
+    }
 }
 
 fn bring_up(drive: &mut Drive) -> Result<(), EmulateError> {
@@ -143,14 +219,15 @@ fn bring_up(drive: &mut Drive) -> Result<(), EmulateError> {
     fs::create_dir_all(&mount)
         .map_err(EmulateError::io(format!("creating {}", mount.display())))?;
     prepare_platter(drive)?;
-    drive.nbdkit_command = nbdkit_command(drive);
+    drive.nbdkit_command = nbdkit_command(drive)?;
     drive.save()?;
     drive.nbdkit_pid = Some(run_nbdkit(drive)?);
     drive.save()?;
     drive.nbdfuse_pid = Some(run_nbdfuse(drive)?);
     drive.save()?;
     let device = attach_loop(drive)?;
-    drive.reported_physical_sector_size = read_sysfs(&device, "queue/physical_block_size");
+    drive.reported_physical_sector_size =
+        sysfs_text(&device, "queue/physical_block_size").and_then(|text| text.parse().ok());
     drive.device = Some(device);
     drive.save()
 }
@@ -160,8 +237,7 @@ fn prepare_platter(drive: &Drive) -> Result<(), EmulateError> {
     let Some(path) = platter_file(drive) else {
         return Ok(());
     };
-    let g = &drive.geometry;
-    let want = platter_size(drive.size, g.shift(), u64::from(g.physical));
+    let want = platter_size(drive.size, &drive.geometry)?;
     let file = fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -189,7 +265,7 @@ fn platter_file(drive: &Drive) -> Option<PathBuf> {
 /// are nearest the host: LBA shift, then the volatile cache, then
 /// read-modify-write of partial physical sectors, then the latency of
 /// each platter access.
-fn nbdkit_command(drive: &Drive) -> Vec<String> {
+fn nbdkit_command(drive: &Drive) -> Result<Vec<String>, EmulateError> {
     let g = &drive.geometry;
     let (mut filters, mut params) = (Vec::new(), Vec::new());
     let shift = g.shift();
@@ -211,29 +287,24 @@ fn nbdkit_command(drive: &Drive) -> Vec<String> {
         params.extend([format!("rdelay={}ms", g.latency_ms), format!("wdelay={}ms", g.latency_ms)]);
     }
     let mut args: Vec<String> = filters.iter().map(|f| format!("--filter={f}")).collect();
-    args.extend(plugin(drive));
+    args.extend(plugin(drive)?);
     args.extend(params);
-    args
+    Ok(args)
 }
 
 /// The plugin and its arguments. A failing LBA range needs the eval
 /// plugin: nbdkit's error filter can only fail requests at random, and
 /// its ddrescue filter makes the whole drive read-only.
-fn plugin(drive: &Drive) -> Vec<String> {
+fn plugin(drive: &Drive) -> Result<Vec<String>, EmulateError> {
     let g = &drive.geometry;
-    match (platter_file(drive), drive.fail_lba) {
+    Ok(match (platter_file(drive), drive.fail_lba) {
         (Some(file), Some(range)) => {
-            let logical = u64::from(g.logical);
-            let start = range.first * logical + g.shift();
-            let end = (range.last + 1) * logical + g.shift();
+            let (start, end) = failing_bytes(range, g, drive.size)?;
             eval_plugin(&file, start, end)
         }
         (Some(file), None) => vec!["file".into(), format!("file={}", file.display())],
-        (None, _) => {
-            let size = platter_size(drive.size, g.shift(), u64::from(g.physical));
-            vec!["memory".into(), format!("size={size}")]
-        }
-    }
+        (None, _) => vec!["memory".into(), format!("size={}", platter_size(drive.size, g)?)],
+    })
 }
 
 /// A file plugin in shell that fails reads and writes touching platter
@@ -343,10 +414,12 @@ fn attach_loop(drive: &Drive) -> Result<PathBuf, EmulateError> {
     }
 }
 
-/// A value from /sys/block/loopN/.
-fn read_sysfs(device: &Path, name: &str) -> Option<u32> {
-    let dev = device.file_name()?.to_str()?;
-    fs::read_to_string(format!("/sys/block/{dev}/{name}")).ok()?.trim().parse().ok()
+/// An attribute of /sys/block/loopN/, trimmed; None when missing or blank.
+/// (device::sysfs::read_text does the same but is private to `device`.)
+fn sysfs_text(device: &Path, name: &str) -> Option<String> {
+    let path = Path::new("/sys/block").join(device.file_name()?).join(name);
+    let text = fs::read_to_string(path).ok()?;
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
 }
 
 fn read_pid(pidfile: &Path) -> Option<i32> {
@@ -408,22 +481,33 @@ fn teardown(drive: &Drive, cut: Cut) -> Result<(), EmulateError> {
 
 /// The path the kernel shows as the loop device's backing file.
 fn loop_backing(drive: &Drive) -> PathBuf {
-    let dir = fs::canonicalize(&drive.dir).unwrap_or_else(|_| drive.dir.clone());
-    dir.join("mnt").join("disk")
+    canonical(&drive.mount_dir()).join("disk")
+}
+
+/// `path` with its parent canonicalized: the path the kernel shows for it.
+/// `path` itself is not resolved, since a FUSE mount whose daemon died
+/// cannot be looked up.
+fn canonical(path: &Path) -> PathBuf {
+    let parent = path.parent().and_then(|p| fs::canonicalize(p).ok());
+    match (parent, path.file_name()) {
+        (Some(parent), Some(name)) => parent.join(name),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// True when nbdkit runs and the loop device still serves the drive.
 pub fn healthy(drive: &Drive) -> bool {
-    let serving =
-        |device: &PathBuf| loop_backing_file(device).as_ref() == Some(&loop_backing(drive));
     drive.nbdkit_pid.is_some_and(|pid| is_running(pid, "nbdkit"))
-        && drive.device.as_ref().is_some_and(serving)
+        && drive.device.as_ref().is_some_and(|device| serves(device, drive))
+}
+
+/// Whether loop `device` is (still) attached to the drive's FUSE file.
+fn serves(device: &Path, drive: &Drive) -> bool {
+    loop_backing_file(device).is_some_and(|file| file == loop_backing(drive))
 }
 
 fn loop_backing_file(device: &Path) -> Option<PathBuf> {
-    let dev = device.file_name()?.to_str()?;
-    let text = fs::read_to_string(format!("/sys/block/{dev}/loop/backing_file")).ok()?;
-    Some(PathBuf::from(text.trim()))
+    sysfs_text(device, "loop/backing_file").map(PathBuf::from)
 }
 
 /// fsync on the device sends a flush down to nbdkit, which writes its
@@ -457,10 +541,34 @@ fn unmount(dir: &Path) -> Result<(), EmulateError> {
     Ok(())
 }
 
+/// Whether `dir` is a mount point: /proc/self/mountinfo's fifth field,
+/// with the kernel's octal escapes (`\040` for a space) decoded, against
+/// the canonical path.
 fn is_mounted(dir: &Path) -> bool {
-    let mounts = fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let dir = dir.to_string_lossy();
-    mounts.lines().any(|line| line.split(' ').nth(1) == Some(dir.as_ref()))
+    let dir = canonical(dir);
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo.lines().filter_map(|line| line.split(' ').nth(4)).any(|point| unescape(point) == dir)
+}
+
+/// Undoes the `\ooo` escapes the kernel writes into mount tables.
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d[0] <= b'3');
+        match octal.filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b))) {
+            Some(d) => {
+                out.push(d.iter().fold(0, |n, b| n * 8 + (b - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsString::from_vec(out))
 }
 
 /// Waits for a process to exit after `signal` (and SIGKILL if it lingers).
@@ -548,7 +656,7 @@ mod tests {
 
     #[test]
     fn jumper_shifts_above_the_read_modify_write() {
-        let args = nbdkit_command(&drive("wd-ears-jumper", true)).join(" ");
+        let args = nbdkit_command(&drive("wd-ears-jumper", true)).unwrap().join(" ");
         assert_eq!(
             args,
             "--filter=offset --filter=cache --filter=blocksize --filter=delay memory size=67112960 \
@@ -559,7 +667,7 @@ mod tests {
 
     #[test]
     fn native_drives_only_have_latency() {
-        let args = nbdkit_command(&drive("native-512", false)).join(" ");
+        let args = nbdkit_command(&drive("native-512", false)).unwrap().join(" ");
         assert_eq!(args, "--filter=delay memory size=67108864 rdelay=1ms wdelay=1ms");
     }
 
@@ -567,10 +675,52 @@ mod tests {
     fn bad_sectors_use_the_eval_plugin() {
         let mut d = drive("wd-ears", false);
         d.fail_lba = Some(crate::emulate::LbaRange { first: 1000, last: 1999 });
-        let args = nbdkit_command(&d);
+        let args = nbdkit_command(&d).unwrap();
         assert_eq!(args[2], "eval");
         assert!(args[4].contains("-lt 1024000 ] && [ $(($4 + $3)) -gt 512000 ]"), "{}", args[4]);
         assert!(args[4].contains("'/run/x/t/platter.img'"));
+    }
+
+    #[test]
+    fn failing_lbas_must_lie_inside_the_drive() {
+        let g = preset("wd-ears-jumper").unwrap();
+        let range = |first, last| LbaRange { first, last };
+        assert_eq!(failing_bytes(range(0, 0), &g, 4096).unwrap(), (512, 1024));
+        assert_eq!(failing_bytes(range(7, 7), &g, 4096).unwrap(), (4096, 4608));
+        for bad in [range(8, 8), range(7, 8), range(u64::MAX, u64::MAX), range(1 << 60, 1 << 60)] {
+            let err = failing_bytes(bad, &g, 4096).unwrap_err().to_string();
+            assert!(err.contains("outside the drive") && err.contains("LBA 0-7"), "{err}");
+        }
+        let mut d = drive("wd-ears", false);
+        d.fail_lba = Some(range(u64::MAX / 512, u64::MAX / 512));
+        assert!(nbdkit_command(&d).is_err());
+    }
+
+    #[test]
+    fn huge_sizes_are_errors_not_overflows() {
+        let g = preset("wd-ears-jumper").unwrap();
+        assert_eq!(platter_size(4096, &g).unwrap(), 8192);
+        let top = u64::MAX / 4096 * 4096;
+        for size in [top, i64::MAX as u64 / 4096 * 4096] {
+            let err = platter_size(size, &g).unwrap_err().to_string();
+            assert!(err.contains("too large"), "{err}");
+        }
+        let spec = Spec {
+            preset: "wd-ears-jumper".into(),
+            geometry: g,
+            size: Some(top),
+            file: None,
+            volatile_cache: false,
+            fail_lba: None,
+        };
+        assert!(drive_size(&spec).unwrap_err().to_string().contains("too large"));
+    }
+
+    #[test]
+    fn mount_table_escapes() {
+        assert_eq!(unescape(r"/run/a\040b\011c\134d"), Path::new("/run/a b\tc\\d"));
+        assert_eq!(unescape(r"/plain\04"), Path::new(r"/plain\04"));
+        assert_eq!(unescape(r"\999"), Path::new(r"\999"));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-pub const DEFAULT_STATE_DIR: &str = "/run/blkalign/emulate";
+const DEFAULT_STATE_DIR: &str = "/run/blkalign/emulate";
 
 /// Where records live: `$BLKALIGN_EMULATE_DIR` (for isolated tests) or
 /// /run/blkalign/emulate, which a reboot empties along with the drives.
@@ -29,7 +29,8 @@ pub struct Drive {
     pub file: Option<PathBuf>,
     pub volatile_cache: bool,
     pub fail_lba: Option<LbaRange>,
-    /// The drive's working directory.
+    /// The drive's working directory: always [`state_dir`]/ID, whatever
+    /// the record on disk says (see [`load`]).
     pub dir: PathBuf,
     pub nbdkit_command: Vec<String>,
     pub nbdkit_pid: Option<i32>,
@@ -58,8 +59,9 @@ impl Drive {
         self.dir.join("platter.img")
     }
 
+    /// STATE/ID.json, derived from the id rather than from `dir`.
     fn record(&self) -> PathBuf {
-        record_path(self.dir.parent().unwrap_or(Path::new("/")), &self.id)
+        record_path(&state_dir(), &self.id)
     }
 
     /// Writes the record atomically: readers never see half of it.
@@ -72,9 +74,10 @@ impl Drive {
         fs::rename(&tmp, &path).map_err(EmulateError::io(format!("writing {}", path.display())))
     }
 
-    /// Deletes the working directory, then the record.
+    /// Deletes the working directory, then the record. Both paths come from
+    /// the state directory and the id, never from the record's `dir`.
     pub fn forget(&self) -> Result<(), EmulateError> {
-        remove(&self.dir, |p| fs::remove_dir_all(p))?;
+        remove(&work_dir(&state_dir(), &self.id), |p| fs::remove_dir_all(p))?;
         remove(&self.record(), |p| fs::remove_file(p))
     }
 }
@@ -93,6 +96,10 @@ fn record_path(root: &Path, id: &str) -> PathBuf {
     root.join(format!("{id}.json"))
 }
 
+fn work_dir(root: &Path, id: &str) -> PathBuf {
+    root.join(id)
+}
+
 /// Claims a fresh id (creating its record is the lock, so concurrent
 /// starts never share one) and saves the first record.
 pub fn create(spec: &Spec, size: u64) -> Result<Drive, EmulateError> {
@@ -104,7 +111,7 @@ pub fn create(spec: &Spec, size: u64) -> Result<Drive, EmulateError> {
         .find_map(|id| claim(&root, &id).transpose())
         .unwrap_or_else(|| unreachable!("ids are endless"))?;
     let drive = Drive {
-        dir: root.join(&id),
+        dir: work_dir(&root, &id),
         id,
         preset: spec.preset.clone(),
         geometry: spec.geometry,
@@ -132,18 +139,27 @@ fn claim(root: &Path, id: &str) -> Result<Option<String>, EmulateError> {
     }
 }
 
+/// The drive recorded as `id`. Its id and working directory are those of
+/// the record's name, not what the file says: a stop removes that
+/// directory, so a tampered or stale `dir` must not point anywhere else.
 pub fn load(id: &str) -> Result<Drive, EmulateError> {
+    load_in(&state_dir(), id)
+}
+
+fn load_in(root: &Path, id: &str) -> Result<Drive, EmulateError> {
     if id.is_empty() || id.contains(['/', '.']) {
         return Err(EmulateError::NoSuchDrive(id.to_string()));
     }
-    let path = record_path(&state_dir(), id);
+    let path = record_path(root, id);
     let text = match fs::read_to_string(&path) {
         Err(err) if err.kind() == ErrorKind::NotFound => {
             return Err(EmulateError::NoSuchDrive(id.to_string()))
         }
         other => other.map_err(EmulateError::io(format!("reading {}", path.display())))?,
     };
-    serde_json::from_str(&text).map_err(|source| EmulateError::Record { path, source })
+    let drive: Drive =
+        serde_json::from_str(&text).map_err(|source| EmulateError::Record { path, source })?;
+    Ok(Drive { id: id.to_string(), dir: work_dir(root, id), ..drive })
 }
 
 /// Every recorded drive, by id. Records being written right now (empty)
@@ -177,4 +193,26 @@ pub fn orphan_dirs() -> Vec<PathBuf> {
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|path| path.is_dir() && !path.with_extension("json").exists())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_cannot_redirect_its_directory_or_id() {
+        let root = tempfile::tempdir().unwrap();
+        let record = serde_json::json!({
+            "id": "../victim", "preset": "wd-ears",
+            "geometry": {"logical": 512, "physical": 4096, "alignment_offset": 0, "latency_ms": 1},
+            "size": 16777216, "file": null, "volatile_cache": false, "fail_lba": null,
+            "dir": "/etc", "nbdkit_command": [], "nbdkit_pid": null, "nbdfuse_pid": null,
+            "device": null, "reported_physical_sector_size": null,
+        });
+        fs::write(root.path().join("emu7.json"), record.to_string()).unwrap();
+        let drive = load_in(root.path(), "emu7").unwrap();
+        assert_eq!(drive.id, "emu7");
+        assert_eq!(drive.dir, root.path().join("emu7"));
+        assert!(matches!(load_in(root.path(), "../emu7"), Err(EmulateError::NoSuchDrive(_))));
+    }
 }
