@@ -57,20 +57,27 @@ pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveErro
     }
 }
 
-/// Who uses the first of `nodes` that is in use, in words.
+/// Who uses `nodes`, in words. Mounts and holders are looked for on every
+/// node before exclusive claims: a mounted partition also makes its disk
+/// refuse O_EXCL, and the mount is the useful thing to name.
 fn first_user(root: &SysRoot, nodes: &[Node]) -> Option<String> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    nodes.iter().find_map(|node| {
-        if let Some(point) = mounted(&mountinfo, &node.dev) {
-            return Some(format!("{} is mounted on {point}", node.name));
-        }
-        if let Some(holder) = first_entry(&node.holders) {
-            return Some(format!("{} is held by {holder} (LVM, MD RAID or dm-crypt)", node.name));
-        }
-        claimed(&root.dev.join(&node.name)).then(|| {
-            format!("{} is open exclusively (swap, a file system or another tool)", node.name)
+    let mount =
+        |n: &Node| mounted(&mountinfo, &n.dev).map(|p| format!("{} is mounted on {p}", n.name));
+    let held = |n: &Node| {
+        first_entry(&n.holders)
+            .map(|h| format!("{} is held by {h} (LVM, MD RAID or dm-crypt)", n.name))
+    };
+    let claim = |n: &Node| {
+        claimed(&root.dev.join(&n.name)).then(|| {
+            format!("{} is open exclusively (swap, a file system or another tool)", n.name)
         })
-    })
+    };
+    nodes
+        .iter()
+        .find_map(mount)
+        .or_else(|| nodes.iter().find_map(held))
+        .or_else(|| nodes.iter().find_map(claim))
 }
 
 /// The disk and its partitions, from SYS/block/NAME.

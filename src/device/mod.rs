@@ -107,7 +107,7 @@ mod error;
 pub mod exclusive;
 mod ioctl;
 pub mod quirks;
-mod sysfs;
+pub(crate) mod sysfs;
 mod target;
 mod topology;
 

@@ -7,6 +7,7 @@
 use super::state::{self, Drive};
 use super::{EmulateError, LbaRange, Spec, DEFAULT_SIZE};
 use crate::device::exclusive::user_of_dir;
+use crate::device::sysfs::read_text;
 use crate::device::SysRoot;
 use rustix::process::{kill_process, Pid, Signal};
 use std::ffi::OsString;
@@ -415,11 +416,8 @@ fn attach_loop(drive: &Drive) -> Result<PathBuf, EmulateError> {
 }
 
 /// An attribute of /sys/block/loopN/, trimmed; None when missing or blank.
-/// (device::sysfs::read_text does the same but is private to `device`.)
 fn sysfs_text(device: &Path, name: &str) -> Option<String> {
-    let path = Path::new("/sys/block").join(device.file_name()?).join(name);
-    let text = fs::read_to_string(path).ok()?;
-    Some(text.trim().to_string()).filter(|t| !t.is_empty())
+    read_text(&Path::new("/sys/block").join(device.file_name()?).join(name))
 }
 
 fn read_pid(pidfile: &Path) -> Option<i32> {
