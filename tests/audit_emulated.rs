@@ -65,7 +65,9 @@ fn probe_finds_the_jumper_and_turns_the_verdicts() {
     let (code, t) = audit(&[drive.str()]);
     assert_eq!(code, 1, "believing the kernel, 63 looks misaligned: {t}");
     assert_eq!(t["partitions"][0]["verdict"], "misaligned");
-    let (code, t) = audit(&["--probe", drive.str()]);
+    let unasked = blkalign().args(["audit", "--probe", drive.str()]).output().expect("run");
+    assert_eq!(unasked.status.code(), Some(2), "--probe writes, so it needs --yes");
+    let (code, t) = audit(&["--probe", "--yes", drive.str()]);
     assert_eq!(code, 1, "{t}");
     assert_eq!(t["physical_sector_size"], 4096, "{t}");
     assert_eq!(t["physical_sector_source"], "probe");
