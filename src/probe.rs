@@ -44,7 +44,8 @@ const MAX_ROUNDS: usize = 12;
 pub struct ProbeOptions {
     /// For reproducible runs; from the clock when None.
     pub seed: Option<u64>,
-    /// sysfs, for the kernel's view and the in-use check.
+    /// sysfs, for the kernel's view and the in-use check; device nodes are
+    /// in /dev for "/sys", else in a fixture's ROOT/dev next to ROOT/sys.
     pub sys: PathBuf,
     /// Byte ranges the writes must stay inside (e.g. unallocated space);
     /// None for the first GiB.
@@ -80,15 +81,19 @@ pub struct ProbeResult {
 }
 
 /// Probes the device behind `dev` (any descriptor: it is reopened
-/// read-write with O_DIRECT). Refuses a device that is mounted or held.
+/// read-write with O_DIRECT, exclusively for a block device). Refuses a
+/// device that is mounted, held or claimed, and an image attached to a
+/// loop device.
 pub fn probe(dev: &File, opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
     let begin = Instant::now();
     let link = PathBuf::from(format!("/proc/self/fd/{}", dev.as_raw_fd()));
     let path = std::fs::read_link(&link).unwrap_or(link);
+    // Checked before the exclusive reopen, which would itself look like a
+    // claim; that open then keeps anyone from mounting it meanwhile.
+    bench::safety::check_unused(dev, &path, &bench::safety::root_of(&opts.sys))?;
     // Our own description: finding the size seeks, which would move the
     // caller's file offset.
     let file = bench::reopen_direct(dev)?;
-    bench::safety::check_unused(&file, &path, &opts.sys)?;
     let info = bench::device_info(&file, &opts.sys)?;
     let whole = 0..info.size.min(REGION);
     let slots = slots(opts.within.as_deref().unwrap_or(std::slice::from_ref(&whole)), info.size);
@@ -282,8 +287,8 @@ impl Meter<'_> {
             })
             .collect();
         self.rng.shuffle(&mut requests);
-        let latencies = execute(self.file, &requests, Mode::Write, Engine::Psync, &mut || {})?;
-        for (req, lat) in requests.iter().zip(latencies) {
+        let executed = execute(self.file, &requests, Mode::Write, Engine::Psync, &mut || {})?;
+        for (req, lat) in requests.iter().zip(executed.latencies) {
             samples[req.cell].push(lat.as_secs_f64() * 1e6);
         }
         self.writes += requests.len() as u64;

@@ -70,6 +70,9 @@ fn random_on_wd_ears_shows_the_penalty() {
         assert!(r["lat_us"]["p50"].is_number() && r["lat_us"]["p95"].is_number(), "{r}");
         assert_eq!(r["count"], 200);
     }
+    let wall = json["wall_s"].as_f64().expect("wall_s");
+    let throughput = json["throughput_iops"].as_f64().expect("throughput_iops");
+    assert!(wall > 0.0 && (throughput * wall - 400.0).abs() < 1.0, "{json}");
     let ratio = &json["ratios"][0];
     eprintln!("wd-ears random: {ratio}");
     assert_eq!(
@@ -137,6 +140,46 @@ fn mounted_target_is_refused() {
     assert!(read.expect("run blkalign").status.success(), "reading a mounted device is fine");
 }
 
+/// A regular file behind a loop device: writing it behind the device's
+/// back could undo a mounted file system's writes.
+#[test]
+fn image_attached_to_a_loop_device_is_refused() {
+    if !common::needs(true, &["losetup"]) {
+        return;
+    }
+    let image = common::Image::new(16 << 20);
+    let attached = common::Loop::attach(&image.path, 512);
+    let bench = common::blkalign().args(["bench", image.str(), "--count", "5"]).output();
+    let probe = common::blkalign().args(["probe", image.str()]).output();
+    for out in [bench, probe] {
+        let out = out.expect("run blkalign");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("in use") && stderr.contains(attached.str()), "{stderr}");
+    }
+    let read = common::blkalign().args(["bench", image.str(), "--read", "--count", "5"]).output();
+    assert!(read.expect("run blkalign").status.success(), "reading it is fine");
+}
+
+/// Sizes and counts that would exhaust memory are refused up front.
+#[test]
+fn oversized_workloads_are_refused() {
+    let image = common::Image::new(1 << 20);
+    for args in [
+        ["--size", "128MiB", "--count", "1"],
+        ["--size", "4096", "--count", "18446744073709551615"],
+        ["--size", "4096", "--count", "0"],
+    ] {
+        let out = common::blkalign().arg("bench").arg(image.str()).args(args).output();
+        let out = out.expect("run blkalign");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    }
+    let out = common::blkalign().args(["bench", image.str(), "--size", "4 parsecs"]).output();
+    let stderr = String::from_utf8_lossy(&out.expect("run blkalign").stderr).into_owned();
+    assert!(stderr.contains("not a byte count"), "{stderr}");
+}
+
 #[test]
 fn phybs_matrix_and_svg() {
     if !common::needs(true, TOOLS) {
@@ -191,6 +234,12 @@ fn io_uring_engine() {
         let ratio = json["ratios"][0]["ratio"].as_f64().expect("ratio");
         assert!(ratio >= least, "depth {depth}: {json}");
     }
+    // The run's own throughput: all requests over the timed wall time.
+    let deep =
+        bench_json(&[drive.str(), "--engine", "io_uring", "--iodepth", "8", "--count", "200"]);
+    let (wall, throughput) = (deep["wall_s"].as_f64(), deep["throughput_iops"].as_f64());
+    let (wall, throughput) = (wall.expect("wall_s"), throughput.expect("throughput_iops"));
+    assert!(wall > 0.0 && (throughput * wall - 400.0).abs() < 1.0, "{deep}");
     let psync = bench_json(&[drive.str(), "--count", "200"]);
     let uring = bench_json(&[drive.str(), "--engine", "io_uring", "--count", "200"]);
     let iops = |j: &serde_json::Value| j["results"][0]["iops"].as_f64().expect("iops");

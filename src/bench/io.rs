@@ -2,6 +2,7 @@
 //! list of timed requests without changing the data on the device.
 
 use super::{BenchError, Engine, Request};
+use crate::units::is_sector_size;
 use rustix::fs::OFlags;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
@@ -14,8 +15,8 @@ use std::time::{Duration, Instant};
 const BUF_ALIGN: usize = 4096;
 
 /// Backups held in memory at once; larger workloads run in chunks, each
-/// backed up before its own timed phase.
-const CHUNK_BYTES: u64 = 64 << 20;
+/// backed up before its own timed phase. Also the largest request.
+pub(crate) const CHUNK_BYTES: u64 = 64 << 20;
 
 /// Threads reading backups: the reads are untimed, so overlap them.
 const READERS: usize = 4;
@@ -53,20 +54,38 @@ pub enum Mode {
     Destructive,
 }
 
-/// Opens `path` for O_DIRECT I/O; read-write unless `mode` only reads.
+/// Opens `path` for O_DIRECT I/O; read-write unless `mode` only reads. A
+/// block device opened for writing is opened exclusively (O_EXCL), so that
+/// nothing can mount or claim it between the in-use check and the last
+/// write-back; one already claimed is refused as in use.
 pub fn open_direct(path: &Path, mode: Mode, sync: bool) -> Result<File, BenchError> {
     let mut flags = OFlags::DIRECT | OFlags::CLOEXEC;
     flags |= if mode == Mode::Read { OFlags::RDONLY } else { OFlags::RDWR };
     if sync {
         flags |= OFlags::SYNC;
     }
-    let fd = rustix::fs::open(path, flags, rustix::fs::Mode::empty())
-        .map_err(|e| BenchError::Open { path: path.to_path_buf(), source: e.into() })?;
-    Ok(File::from(fd))
+    // For a block device O_EXCL claims it; for a regular file without
+    // O_CREAT it would be undefined, so it is only added for devices.
+    if mode != Mode::Read && is_block_device(path) {
+        flags |= OFlags::EXCL;
+    }
+    match rustix::fs::open(path, flags, rustix::fs::Mode::empty()) {
+        Ok(fd) => Ok(File::from(fd)),
+        Err(rustix::io::Errno::BUSY) if flags.contains(OFlags::EXCL) => Err(BenchError::InUse {
+            path: path.to_path_buf(),
+            by: "open exclusively elsewhere (a file system, swap or another tool)".into(),
+        }),
+        Err(e) => Err(BenchError::Open { path: path.to_path_buf(), source: e.into() }),
+    }
+}
+
+fn is_block_device(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 /// A new read-write O_DIRECT description of an already open file, so callers
-/// may pass whatever descriptor they hold (audit opens read-only).
+/// may pass whatever descriptor they hold (audit opens read-only); exclusive
+/// for a block device, as [`open_direct`].
 pub fn reopen_direct(file: &File) -> Result<File, BenchError> {
     let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
     open_direct(&path, Mode::Write, false)
@@ -82,12 +101,11 @@ pub struct KernelView {
 /// Facts about an open target needed to measure it.
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceInfo {
+    /// A power of two from 512 to 4096.
     pub logical: u64,
     pub size: u64,
     /// None for regular files.
     pub kernel: Option<KernelView>,
-    /// major:minor of a block device.
-    pub rdev: Option<u64>,
 }
 
 /// Sector sizes from sysfs (found by device number, so partitions and
@@ -96,58 +114,82 @@ pub fn device_info(file: &File, sys: &Path) -> Result<DeviceInfo, BenchError> {
     let meta = file.metadata().map_err(|e| io_error("stat", 0, 0, e))?;
     let size = (&*file).seek(SeekFrom::End(0)).map_err(|e| io_error("seek", 0, 0, e))?;
     if !meta.file_type().is_block_device() {
-        return Ok(DeviceInfo { logical: 512, size, kernel: None, rdev: None });
+        return Ok(DeviceInfo { logical: 512, size, kernel: None });
     }
-    let rdev = meta.rdev();
-    let dir = sysfs_dir(sys, rdev)?;
+    let dir = sysfs_dir(sys, meta.rdev())?;
+    let (logical, kernel) = kernel_view(&dir)?;
+    Ok(DeviceInfo { logical, size, kernel: Some(kernel) })
+}
+
+/// The logical sector size and the kernel's view from a device's sysfs
+/// directory. The logical size divides every offset and size, so anything
+/// but a sector size (0, 520, ...) is refused rather than trusted.
+fn kernel_view(dir: &Path) -> Result<(u64, KernelView), BenchError> {
     // A partition has no queue/ of its own: its disk's applies.
     let queue = [dir.join("queue"), dir.join("../queue")]
         .into_iter()
         .find(|q| q.is_dir())
         .unwrap_or_else(|| dir.join("queue"));
-    let logical = read_number(&queue.join("logical_block_size"))?;
-    let physical = read_number(&queue.join("physical_block_size"))?;
+    let logical = required_number(&queue.join("logical_block_size"))?;
+    if !is_sector_size(logical, 4096) {
+        return Err(BenchError::Invalid(format!(
+            "{}: logical block size {logical} is not a power of two from 512 to 4096",
+            queue.join("logical_block_size").display()
+        )));
+    }
+    let physical = required_number(&queue.join("physical_block_size"))?;
+    // "-1" is the kernel's "misaligned, offset unknown": nothing to report.
     let alignment_offset = read_number(&dir.join("alignment_offset")).unwrap_or(0);
-    Ok(DeviceInfo {
-        logical,
-        size,
-        kernel: Some(KernelView { physical_sector_size: physical, alignment_offset }),
-        rdev: Some(rdev),
-    })
+    Ok((logical, KernelView { physical_sector_size: physical, alignment_offset }))
 }
 
-/// SYS/dev/block/MAJ:MIN, resolved to the real directory.
+/// SYS/dev/block/MAJ:MIN resolved to the real directory. The same as the
+/// device module's `sysfs::block_dir`, which is not reachable from here
+/// (`device::sysfs` is a private module).
 pub(crate) fn sysfs_dir(sys: &Path, rdev: u64) -> Result<PathBuf, BenchError> {
     let number = format!("{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev));
     let link = sys.join("dev/block").join(number);
     std::fs::canonicalize(&link).map_err(|e| BenchError::Open { path: link, source: e })
 }
 
-fn read_number(path: &Path) -> Result<u64, BenchError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| BenchError::Open { path: path.to_path_buf(), source: e })?;
-    text.trim()
-        .parse()
-        .map_err(|_| BenchError::Invalid(format!("{}: not a number: {text:?}", path.display())))
+/// A numeric attribute, None when missing or malformed (as the device
+/// module's `sysfs::read_number`).
+fn read_number(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn required_number(path: &Path) -> Result<u64, BenchError> {
+    read_number(path)
+        .ok_or_else(|| BenchError::Invalid(format!("{}: missing or not a number", path.display())))
 }
 
 fn io_error(what: &'static str, pos: u64, size: u64, source: std::io::Error) -> BenchError {
     BenchError::Io { what, pos, size, source }
 }
 
-/// Runs `requests` in order and returns the latency of each. Writes are
-/// preceded, outside the timing, by reads of the same ranges, and write
-/// that data back (unless destructive). `done` is told after each request.
+/// The latency of each request, and the wall time of the timed phases
+/// (backups excluded).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Executed {
+    pub latencies: Vec<Duration>,
+    pub wall: Duration,
+}
+
+/// Runs `requests` in order and times each. Writes are preceded, outside
+/// the timing, by reads of the same ranges, and write that data back (unless
+/// destructive). `done` is told after each request.
 pub fn execute(
     file: &File,
     requests: &[Request],
     mode: Mode,
     engine: Engine,
     done: &mut dyn FnMut(),
-) -> Result<Vec<Duration>, BenchError> {
+) -> Result<Executed, BenchError> {
     let mut latencies = Vec::with_capacity(requests.len());
+    let mut wall = Duration::ZERO;
     for chunk in chunks(requests) {
         let mut bufs = prepare(file, chunk, mode)?;
+        let begin = Instant::now();
         match engine {
             Engine::Psync => {
                 for (req, buf) in chunk.iter().zip(&mut bufs) {
@@ -161,20 +203,27 @@ pub fn execute(
                 latencies.extend(super::uring::run_chunk(file, chunk, bufs, write, depth, done)?);
             }
         }
+        wall += begin.elapsed();
     }
-    Ok(latencies)
+    Ok(Executed { latencies, wall })
 }
 
-/// Consecutive slices of at most CHUNK_BYTES (and at least one request).
+/// Memory a request's buffer takes.
+fn footprint(req: &Request) -> u64 {
+    req.size.saturating_add(BUF_ALIGN as u64)
+}
+
+/// Consecutive slices whose buffers (alignment slack included) take at
+/// most CHUNK_BYTES, with at least one request each.
 fn chunks(requests: &[Request]) -> Vec<&[Request]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (i, req) in requests.iter().enumerate() {
-        if i > start && bytes.saturating_add(req.size) > CHUNK_BYTES {
+        if i > start && bytes.saturating_add(footprint(req)) > CHUNK_BYTES {
             out.push(&requests[start..i]);
             (start, bytes) = (i, 0);
         }
-        bytes = bytes.saturating_add(req.size);
+        bytes = bytes.saturating_add(footprint(req));
     }
     if start < requests.len() {
         out.push(&requests[start..]);
@@ -211,13 +260,22 @@ fn read_into(file: &File, req: &Request, buf: &mut AlignedBuf) -> std::io::Resul
 }
 
 /// One buffer per request: the backup to write back, a pattern, or (for
-/// reads) room to read into.
+/// reads) room to read into. A request larger than CHUNK_BYTES is refused.
 fn prepare(file: &File, chunk: &[Request], mode: Mode) -> Result<Vec<AlignedBuf>, BenchError> {
     let fill = if mode == Mode::Destructive { 0xA5 } else { 0 };
     let mut bufs: Vec<AlignedBuf> = chunk
         .iter()
-        .map(|r| AlignedBuf::new(usize::try_from(r.size).unwrap_or(usize::MAX), fill))
-        .collect();
+        .map(|r| {
+            let len = usize::try_from(r.size).ok().filter(|_| r.size <= CHUNK_BYTES);
+            let len = len.ok_or_else(|| {
+                BenchError::Invalid(format!(
+                    "a request of {} bytes is larger than the {CHUNK_BYTES}-byte limit",
+                    r.size
+                ))
+            })?;
+            Ok(AlignedBuf::new(len, fill))
+        })
+        .collect::<Result<_, BenchError>>()?;
     if mode == Mode::Write {
         back_up(file, chunk, &mut bufs)?;
     }
@@ -262,6 +320,48 @@ mod tests {
         assert!(chunks(&[]).is_empty());
         let huge = vec![req(CHUNK_BYTES * 2)];
         assert_eq!(chunks(&huge).len(), 1);
+    }
+
+    #[test]
+    fn small_requests_count_their_alignment_slack() {
+        let per = (CHUNK_BYTES / (512 + BUF_ALIGN as u64)) as usize;
+        let many = vec![req(512); per + 1];
+        assert_eq!(chunks(&many).iter().map(|c| c.len()).collect::<Vec<_>>(), [per, 1]);
+    }
+
+    #[test]
+    fn oversized_requests_are_refused_not_allocated() {
+        let file = tempfile::tempfile().unwrap();
+        let err = prepare(&file, &[req(CHUNK_BYTES + 512)], Mode::Read).err().unwrap();
+        assert!(err.to_string().contains("limit"), "{err}");
+        assert!(prepare(&file, &[req(u64::MAX)], Mode::Read).is_err());
+    }
+
+    fn queue(dir: &Path, logical: &str, offset: &str) {
+        std::fs::create_dir_all(dir.join("queue")).unwrap();
+        std::fs::write(dir.join("queue/logical_block_size"), logical).unwrap();
+        std::fs::write(dir.join("queue/physical_block_size"), "4096\n").unwrap();
+        std::fs::write(dir.join("alignment_offset"), offset).unwrap();
+    }
+
+    #[test]
+    fn kernel_view_refuses_impossible_logical_sizes() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["0\n", "520\n", "256\n", "8192\n", "junk\n"] {
+            queue(dir.path(), bad, "0\n");
+            let err = kernel_view(dir.path()).expect_err(bad);
+            assert!(matches!(err, BenchError::Invalid(_)), "{bad}: {err}");
+        }
+        queue(dir.path(), "512\n", "3584\n");
+        let (logical, view) = kernel_view(dir.path()).unwrap();
+        assert_eq!((logical, view.physical_sector_size, view.alignment_offset), (512, 4096, 3584));
+    }
+
+    #[test]
+    fn unknown_alignment_offset_is_zero() {
+        let dir = tempfile::tempdir().unwrap();
+        queue(dir.path(), "512\n", "-1\n");
+        assert_eq!(kernel_view(dir.path()).unwrap().1.alignment_offset, 0);
     }
 
     #[test]

@@ -51,10 +51,13 @@ pub struct CellResult {
     pub offset: u64,
     pub step: u64,
     pub count: u64,
-    /// Sum of the request latencies.
+    /// Sum of the request latencies, at any depth.
     pub msec: f64,
+    /// count ÷ msec: throughput at depth 1; at a greater depth, cells share
+    /// the queue, so this is the rate of one request at a time (the
+    /// run's `throughput_iops` is what the device sustained).
     pub iops: f64,
-    /// Kilobytes (1000 bytes) per second.
+    /// Kilobytes (1000 bytes) per second, from count, size and msec.
     pub kbps: f64,
     pub lat_us: Latency,
 }
@@ -75,6 +78,10 @@ pub struct Report {
     /// "psync" or "io_uring".
     pub engine: &'static str,
     pub iodepth: u32,
+    /// Wall time of the timed phases (backups excluded), in seconds.
+    pub wall_s: f64,
+    /// Every request of the run ÷ wall_s: the throughput at any depth.
+    pub throughput_iops: f64,
     pub results: Vec<CellResult>,
     pub ratios: Vec<Ratio>,
 }
@@ -110,24 +117,35 @@ pub fn run(
     done: &mut dyn FnMut(),
 ) -> Result<Report, BenchError> {
     let requests = plan::schedule(plan, rng);
-    let latencies = io::execute(file, &requests, mode, engine, done)?;
+    let executed = io::execute(file, &requests, mode, engine, done)?;
     let mut samples = vec![Vec::new(); plan.cells.len()];
-    for (req, lat) in requests.iter().zip(latencies) {
+    for (req, lat) in requests.iter().zip(&executed.latencies) {
         samples[req.cell].push(lat.as_secs_f64() * 1e6);
     }
-    let (name, iodepth) = engine.describe();
+    let (engine, iodepth) = engine.describe();
     let results: Vec<CellResult> =
-        plan.cells.iter().zip(&samples).map(|(c, s)| summarise(c, s, iodepth)).collect();
+        plan.cells.iter().zip(&samples).map(|(c, s)| summarise(c, s)).collect();
     let ratios = ratios(&results);
-    let engine = name;
-    Ok(Report { version: 1, engine, iodepth, results, ratios })
+    let wall_s = executed.wall.as_secs_f64();
+    let throughput_iops = throughput(requests.len(), wall_s);
+    Ok(Report { version: 1, engine, iodepth, wall_s, throughput_iops, results, ratios })
 }
 
-/// With `depth` requests always in flight, busy time is the summed
-/// latency over the depth (Little's law); at depth 1 it is the sum.
-fn summarise(cell: &Cell, samples_us: &[f64], depth: u32) -> CellResult {
+/// Requests per second of wall time; 0 when no time passed.
+fn throughput(requests: usize, wall_s: f64) -> f64 {
+    if wall_s > 0.0 {
+        requests as f64 / wall_s
+    } else {
+        0.0
+    }
+}
+
+/// A cell's figures from its latencies. Cells are interleaved, so at a
+/// depth above 1 they share the queue and no cell has a wall time of its
+/// own: msec is the plain summed latency, as in phybs at depth 1.
+fn summarise(cell: &Cell, samples_us: &[f64]) -> CellResult {
     let count = samples_us.len() as u64;
-    let msec = samples_us.iter().sum::<f64>() / 1000.0 / f64::from(depth.max(1));
+    let msec = samples_us.iter().sum::<f64>() / 1000.0;
     let (iops, kbps) = stats::rates(count, cell.size, msec);
     CellResult {
         size: cell.size,
@@ -183,8 +201,14 @@ mod tests {
     #[test]
     fn summary_arithmetic() {
         let c = Cell { size: 4096, offset: 512, step: 4096, positions: vec![] };
-        let r = summarise(&c, &[1000.0, 3000.0], 1);
+        let r = summarise(&c, &[1000.0, 3000.0]);
         assert_eq!((r.count, r.msec, r.iops, r.kbps), (2, 4.0, 500.0, 2048.0));
         assert_eq!(r.lat_us.p50, 2000.0);
+    }
+
+    #[test]
+    fn throughput_is_requests_over_wall_time() {
+        assert_eq!(throughput(1000, 0.5), 2000.0);
+        assert_eq!(throughput(10, 0.0), 0.0);
     }
 }

@@ -30,8 +30,42 @@ pub struct Span {
     pub len: u64,
 }
 
+/// The largest request: its backup is held in memory.
+pub const MAX_SIZE: u64 = super::io::CHUNK_BYTES;
+
+/// The most requests in one run: each takes some 40 bytes of bookkeeping
+/// (position, schedule, latency) before anything is measured.
+pub const MAX_REQUESTS: u64 = 10_000_000;
+
 fn invalid(message: String) -> BenchError {
     BenchError::Invalid(message)
+}
+
+fn check_size(size: u64) -> Result<(), BenchError> {
+    if size == 0 {
+        return Err(invalid("size must not be 0".into()));
+    }
+    if size > MAX_SIZE {
+        return Err(invalid(format!(
+            "size {size} is larger than the {MAX_SIZE}-byte (64 MiB) limit per request"
+        )));
+    }
+    Ok(())
+}
+
+/// `per_cell` requests in each of `cells` cells, within MAX_REQUESTS.
+fn check_count(what: &str, per_cell: u64, cells: usize) -> Result<(), BenchError> {
+    if per_cell == 0 {
+        return Err(invalid(format!("{what} gives no request per cell: at least 1 is needed")));
+    }
+    let total = per_cell.saturating_mul(cells as u64);
+    if total > MAX_REQUESTS {
+        return Err(invalid(format!(
+            "{what} asks for {} requests ({per_cell} × {cells} cells); at most {MAX_REQUESTS} per run",
+            if total == u64::MAX { "more than 2^64".to_string() } else { total.to_string() }
+        )));
+    }
+    Ok(())
 }
 
 fn check_sector(what: &str, value: u64, logical: u64) -> Result<(), BenchError> {
@@ -53,10 +87,9 @@ pub fn random(
     logical: u64,
     rng: &mut Rng,
 ) -> Result<Plan, BenchError> {
+    check_size(size)?;
     check_sector("size", size, logical)?;
-    if size == 0 {
-        return Err(invalid("size must not be 0".into()));
-    }
+    check_count(&format!("count {count}"), count, offsets.len())?;
     let cells = offsets
         .iter()
         .map(|&offset| {
@@ -82,6 +115,8 @@ fn too_small(size: u64, offset: u64, span: Span) -> BenchError {
 /// phybs' matrix: sizes from the logical sector to 8x, offsets at every
 /// logical sector below the size, `count` writes each `4 * size` apart.
 pub fn phybs(count: u64, span: Span, logical: u64) -> Result<Plan, BenchError> {
+    // 1 + 2 + 4 + 8 cells.
+    check_count(&format!("count {count}"), count, 15)?;
     let mut cells = Vec::new();
     for size in [1, 2, 4, 8].map(|k| k * logical) {
         for offset in (0..size).step_by(logical.max(1) as usize) {
@@ -101,12 +136,14 @@ pub fn stride(
     span: Span,
     logical: u64,
 ) -> Result<Plan, BenchError> {
+    check_size(size)?;
     check_sector("size", size, logical)?;
     check_sector("stride", stride, logical)?;
-    if size == 0 || stride < size {
+    if stride < size {
         return Err(invalid(format!("stride {stride} must be at least the size {size}")));
     }
     let count = total / stride;
+    check_count(&format!("total {total} at stride {stride}"), count, bases.len())?;
     let cells = bases
         .iter()
         .map(|&base| {
@@ -197,6 +234,21 @@ mod tests {
         assert_eq!(offsets, [0, 4096, 17408, 20480, 21504]);
         assert_eq!(plan.cells[0].positions.len(), 8);
         assert!(stride(4096, 2048, 65536, &[0], SPAN, 512).is_err());
+    }
+
+    #[test]
+    fn sizes_and_counts_are_bounded_before_allocating() {
+        let rng = &mut Rng::new(1);
+        let huge = Span { start: 0, len: u64::MAX };
+        let err = random(MAX_SIZE * 2, &[0], 1, huge, 512, rng).unwrap_err().to_string();
+        assert!(err.contains("64 MiB"), "{err}");
+        assert!(random(MAX_SIZE, &[0], 1, huge, 512, rng).is_ok());
+        let err = random(4096, &[0, 512], u64::MAX, huge, 512, rng).unwrap_err().to_string();
+        assert!(err.contains("at most 10000000"), "{err}");
+        assert!(random(4096, &[0], 0, SPAN, 512, rng).is_err());
+        assert!(phybs(MAX_REQUESTS, huge, 512).is_err());
+        assert!(stride(512, 512, u64::MAX, &[0], huge, 512).is_err());
+        assert!(stride(MAX_SIZE + 512, MAX_SIZE + 512, 1 << 40, &[0], huge, 512).is_err());
     }
 
     #[test]

@@ -26,6 +26,19 @@ pub(crate) fn run_chunk(
     done: &mut dyn FnMut(),
 ) -> Result<Vec<Duration>, BenchError> {
     let ring_error = |e: std::io::Error| BenchError::Invalid(format!("io_uring: {e}"));
+    // Every length is checked before the first submission: an early return
+    // once requests are in flight would free their buffers under the kernel.
+    let lens = chunk
+        .iter()
+        .map(|req| {
+            u32::try_from(req.size).map_err(|_| {
+                BenchError::Invalid(format!("{} bytes is too large for one request", req.size))
+            })
+        })
+        .collect::<Result<Vec<u32>, BenchError>>()?;
+    if bufs.len() != chunk.len() {
+        return Err(BenchError::Invalid("io_uring: one buffer per request needed".into()));
+    }
     let mut ring = IoUring::new(depth).map_err(ring_error)?;
     let fd = types::Fd(file.as_raw_fd());
     let mut started = vec![Instant::now(); chunk.len()];
@@ -33,10 +46,7 @@ pub(crate) fn run_chunk(
     let (mut next, mut inflight, mut failed) = (0, 0, None);
     while next < chunk.len() || inflight > 0 {
         while failed.is_none() && next < chunk.len() && inflight < depth as usize {
-            let (req, buf) = (&chunk[next], &mut bufs[next]);
-            let len = u32::try_from(req.size).map_err(|_| {
-                BenchError::Invalid(format!("{} bytes is too large for one request", req.size))
-            })?;
+            let (req, buf, len) = (&chunk[next], &mut bufs[next], lens[next]);
             let entry = if write {
                 opcode::Write::new(fd, buf.bytes().as_ptr(), len).offset(req.pos).build()
             } else {

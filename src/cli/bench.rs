@@ -5,7 +5,6 @@ use super::EXIT_OK;
 use anyhow::{bail, Context};
 use blkalign::bench::{self, plan, rng::Rng, safety, Mode, Plan, Report, Span};
 use blkalign::device::SysRoot;
-use blkalign::emulate::{self, EmulateError};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -31,8 +30,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Pattern::Random)]
     pattern: Pattern,
 
-    /// Bytes per request (random, stride) [default: 4096, or the logical
-    /// sector when larger].
+    /// Bytes per request (random, stride), at most 64 MiB [default: 4096, or
+    /// the logical sector when larger].
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
 
@@ -41,7 +40,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     offset: Vec<u64>,
 
-    /// Requests per cell [default: 1000 for random, 100 for phybs].
+    /// Requests per cell [default: 1000 for random, 100 for phybs]; at most
+    /// 10 million requests in all.
     #[arg(long)]
     count: Option<u64>,
 
@@ -89,7 +89,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     iodepth: u32,
 
-    /// Print {"version":1,"results":[...],"ratios":[...]}.
+    /// Print the report as JSON (fields in docs/performance.md).
     #[arg(long)]
     json: bool,
 
@@ -102,8 +102,10 @@ pub struct Args {
     seed: Option<u64>,
 }
 
-fn parse_size(text: &str) -> Result<u64, EmulateError> {
-    emulate::parse_size(text)
+fn parse_size(text: &str) -> Result<u64, String> {
+    blkalign::units::parse_bytes(text).ok_or_else(|| {
+        format!("{text:?} is not a byte count: a number with an optional K, M, G or T suffix (binary), e.g. 4096, 64KiB, 1MiB")
+    })
 }
 
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
@@ -120,11 +122,14 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     };
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let target = &args.target;
+    if mode != Mode::Read {
+        // Before the exclusive open, which would itself look like a claim;
+        // that open then keeps anyone from mounting it until we are done.
+        let plain = std::fs::File::open(target).with_context(|| format!("{}", target.display()))?;
+        safety::check_unused(&plain, target, &root)?;
+    }
     let file = bench::open_direct(target, mode, args.sync)?;
     let info = bench::device_info(&file, &root.sys)?;
-    if mode != Mode::Read {
-        safety::check_unused(&file, target, &root.sys)?;
-    }
     let mut rng = args.seed.map_or_else(Rng::from_clock, Rng::new);
     let span = Span { start: 0, len: args.span.unwrap_or(info.size).min(info.size) };
     let plan = make_plan(&args, info.logical, span, &mut rng)?;
@@ -204,6 +209,11 @@ fn table(report: &Report) -> String {
             r.lat_us.p95
         );
     }
+    let requests: u64 = report.results.iter().map(|r| r.count).sum();
+    out += &format!(
+        "{requests} requests in {:.2} s at depth {} ({}): {:.1} IOPS overall\n",
+        report.wall_s, report.iodepth, report.engine, report.throughput_iops
+    );
     for r in &report.ratios {
         out += &format!(
             "size {}: offset {} is {:.2}× slower than offset {} (median latency)\n",
