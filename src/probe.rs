@@ -147,24 +147,36 @@ struct Found {
     penalty: Option<f64>,
 }
 
+/// Below this, "no penalty" is noise rather than a finding.
+const MIN_NO_PENALTY_CONFIDENCE: f64 = 0.5;
+/// Locate-then-knee attempts before giving up as too noisy.
+const ATTEMPTS: usize = 2;
+
 fn infer(meter: &mut Meter, logical: u64) -> Result<Found, ProbeError> {
-    let (first, locate) = match locate(meter, logical)? {
-        Located::At(first, outcome) => (first, outcome),
-        Located::Nowhere(confidence) => {
-            return Ok(Found { physical: logical, offset: 0, confidence, penalty: None })
+    for _ in 0..ATTEMPTS {
+        let (first, locate) = match locate(meter, logical)? {
+            Located::At(first, outcome) => (first, outcome),
+            Located::Nowhere(confidence) if confidence >= MIN_NO_PENALTY_CONFIDENCE => {
+                return Ok(Found { physical: logical, offset: 0, confidence, penalty: None })
+            }
+            Located::Nowhere(_) => continue,
+        };
+        // None: the located offset was a fluke, every size costs the same there.
+        if let Some((physical, knee_confidence)) = knee(meter, logical, first)? {
+            let (offset, sweep_confidence) = sweep(meter, logical, physical, first)?;
+            return Ok(Found {
+                physical,
+                offset,
+                confidence: locate.confidence.min(knee_confidence).min(sweep_confidence),
+                penalty: Some(locate.penalty),
+            });
         }
-    };
-    let Some((physical, knee_confidence)) = knee(meter, logical, first)? else {
-        // The located offset was a fluke: every size costs the same there.
-        return Ok(Found { physical: logical, offset: 0, confidence: 0.0, penalty: None });
-    };
-    let (offset, sweep_confidence) = sweep(meter, logical, physical, first)?;
-    Ok(Found {
-        physical,
-        offset,
-        confidence: locate.confidence.min(knee_confidence).min(sweep_confidence),
-        penalty: Some(locate.penalty),
-    })
+    }
+    Err(ProbeError::Invalid(
+        "inconclusive: the timings were too noisy to tell fast writes from slow ones; \
+         retry when the disk and the machine are idle"
+            .to_string(),
+    ))
 }
 
 enum Located {

@@ -2,6 +2,7 @@
 //! list of timed requests without changing the data on the device.
 
 use super::{BenchError, Engine, Request};
+use crate::device::sysfs::{block_dir, read_number};
 use crate::units::is_sector_size;
 use rustix::fs::OFlags;
 use std::fs::File;
@@ -143,19 +144,15 @@ fn kernel_view(dir: &Path) -> Result<(u64, KernelView), BenchError> {
     Ok((logical, KernelView { physical_sector_size: physical, alignment_offset }))
 }
 
-/// SYS/dev/block/MAJ:MIN resolved to the real directory. The same as the
-/// device module's `sysfs::block_dir`, which is not reachable from here
-/// (`device::sysfs` is a private module).
+/// SYS/dev/block/MAJ:MIN, resolved to the real directory.
 pub(crate) fn sysfs_dir(sys: &Path, rdev: u64) -> Result<PathBuf, BenchError> {
-    let number = format!("{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev));
-    let link = sys.join("dev/block").join(number);
-    std::fs::canonicalize(&link).map_err(|e| BenchError::Open { path: link, source: e })
-}
-
-/// A numeric attribute, None when missing or malformed (as the device
-/// module's `sysfs::read_number`).
-fn read_number(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    block_dir(sys, rdev).ok_or_else(|| {
+        let number = format!("{}:{}", rustix::fs::major(rdev), rustix::fs::minor(rdev));
+        BenchError::Invalid(format!(
+            "block device {number} has no entry under {}/dev/block",
+            sys.display()
+        ))
+    })
 }
 
 fn required_number(path: &Path) -> Result<u64, BenchError> {
