@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{blkalign, needs, parted_aligned, run, sfdisk_partitions, Image, Loop};
+use common::{audit_json, blkalign, needs, parted_aligned, run, sfdisk_partitions, Image, Loop};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -106,10 +106,8 @@ fn check_peers(dev: &str, plan: &Value) {
             .collect();
         assert_eq!(entries, expect, "gptman");
     }
-    let out = blkalign().args(["audit", "--json", dev]).output().expect("audit");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("audit json");
-    let target = &doc["targets"][0];
-    assert_eq!(out.status.code(), Some(0), "audit: {target}");
+    let (code, target) = audit_json(&[dev]);
+    assert_eq!(code, 0, "audit: {target}");
     assert_eq!(target["problems"].as_array().map_or(0, Vec::len), 0, "audit problems: {target}");
     for p in target["partitions"].as_array().expect("partitions") {
         assert_eq!(p["verdict"], "aligned", "audit: {p}");
@@ -274,7 +272,12 @@ fn on_4096_loop(label: &str, parts: &[&str]) {
     let plan = plan_json(dev.str(), &args);
     assert_eq!(plan["sector_size"], 4096);
     let refused = partition(img.str(), &args);
-    assert_eq!(refused.status.code(), Some(2), "the image is attached to {}", dev.str());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "the image is attached to {}: {why}", dev.str());
+    assert!(
+        why.contains(&format!("attached to {}", dev.str())),
+        "refused for another reason: {why}"
+    );
     partition_ok(dev.str(), &args);
     check_peers(dev.str(), &plan);
     assert!(dev.partition(1).exists(), "the kernel re-read the table");
