@@ -221,6 +221,34 @@ fn dry_run_and_refusals_write_nothing() {
     );
 }
 
+/// A logical sector size other than the kernel's would make a table nobody
+/// reads on a block device: refused there, while an image file may be
+/// planned for the disk it will be copied to.
+#[test]
+fn logical_sector_size_override_is_for_images_only() {
+    if !needs(true, &["losetup"]) {
+        return;
+    }
+    let img = Image::new(64 * MIB);
+    let dev = Loop::attach(&img.path, 512);
+    let args = ["--logical-sector-size", "4096", "--part", "rest"];
+    let planned = blkalign().args(["plan", dev.str()]).args(args).output().expect("run");
+    for out in [planned, partition(dev.str(), &args)] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("512-byte logical sectors") && err.contains("4096"), "{err}");
+    }
+    let mut head = vec![0u8; MIB as usize];
+    let device = std::fs::File::open(&dev.dev).expect("open");
+    std::os::unix::fs::FileExt::read_exact_at(&device, &mut head, 0).expect("read");
+    assert!(head.iter().all(|&b| b == 0), "a refused request wrote");
+    let same = plan_json(dev.str(), &["--logical-sector-size", "512", "--part", "rest"]);
+    assert_eq!(same["sector_size"], 512, "the kernel's own size is no override");
+    drop(dev);
+    let plan = plan_json(img.str(), &args);
+    assert_eq!(plan["sector_size"], 4096, "an image may be laid out for a 4Kn disk");
+}
+
 #[test]
 fn mbr_cannot_address_beyond_2tib_at_512_bytes() {
     let img = Image::new(3 << 40);

@@ -125,7 +125,33 @@ fn topology(args: &Args, root: &SysRoot, target: &Target) -> anyhow::Result<Topo
     if target.kind == TargetKind::Disk {
         file.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    Ok(device::topology(root, target, file.as_ref().ok(), &overrides)?)
+    let file = file.as_ref().ok();
+    if let (TargetKind::Disk, Some(wanted)) = (target.kind, overrides.logical_sector_size) {
+        refuse_other_logical_size(root, target, file, wanted)?;
+    }
+    Ok(device::topology(root, target, file, &overrides)?)
+}
+
+/// A block device is read and written in the sectors the kernel uses: a
+/// table laid out in any other size is one that no tool (nor the kernel)
+/// finds. Image files may be planned for the disk they will be copied to.
+fn refuse_other_logical_size(
+    root: &SysRoot,
+    target: &Target,
+    file: Option<&std::fs::File>,
+    wanted: u64,
+) -> anyhow::Result<()> {
+    let reported = device::topology(root, target, file, &Default::default())?.logical_sector_size;
+    if reported.source != device::Source::Assumed && reported.value != wanted {
+        bail!(
+            "{} is a block device with {}-byte logical sectors; a table laid out for \
+             --logical-sector-size {wanted} would be unreadable there (to prepare an image \
+             for a {wanted}-byte disk, plan an image file instead)",
+            target.path.display(),
+            reported.value
+        );
+    }
+    Ok(())
 }
 
 /// The planner's view: the effective physical sector, as audit judges it.
