@@ -402,8 +402,9 @@ pub fn parse_part(text: &str) -> Result<Request, String> {
 }
 
 /// Parse an sfdisk-style script: `label: gpt|dos` and one partition per
-/// line as `start=, size=, type=, name=` (other fields and headers are
-/// ignored). Extended partitions are dropped: the planner makes its own.
+/// line as `start=, size=, type=, name=` (other named fields, `bootable`
+/// and headers are ignored; positional fields are refused). Extended
+/// partitions are dropped: the planner makes its own.
 pub fn parse_script(text: &str) -> Result<(Option<Label>, Vec<Request>), String> {
     let mut label = None;
     let mut requests = Vec::new();
@@ -447,7 +448,15 @@ fn script_part(line: &str) -> Result<Option<Request>, String> {
     let mut r = Request { min_start: None, size: Size::Rest, type_id: "linux".into(), name: None };
     for field in split_fields(fields) {
         let Some((key, value)) = field.split_once('=') else {
-            continue;
+            // The one bare word sfdisk dumps; anything else is positional
+            // (`,1M,83`), and skipping it would change what is planned.
+            if field == "bootable" {
+                continue;
+            }
+            return Err(format!(
+                "{line:?}: positional sfdisk fields are not supported; \
+                 use start=, size=, type="
+            ));
         };
         let value = value.trim().trim_matches('"');
         match key.trim() {
@@ -728,6 +737,19 @@ mod tests {
         assert_eq!(reqs[0].name.as_deref(), Some("EFI system"));
         assert!(parse_script("label: sun\n").unwrap_err().contains("line 1"));
         assert!(parse_script("start=x\n").is_err());
+    }
+
+    #[test]
+    fn positional_script_lines_are_refused() {
+        for script in ["label: dos\n,1M,83\n", "label: gpt\n2048,4096\n", "size=1M, L\n"] {
+            let err = parse_script(script).unwrap_err();
+            assert!(err.contains("positional sfdisk fields are not supported"), "{err}");
+            assert!(err.contains("use start=, size=, type="), "{err}");
+            let line = script.lines().last().unwrap();
+            assert!(err.contains(&format!("{line:?}")), "names the line: {err}");
+        }
+        let (_, reqs) = parse_script("start=2048, size=100, type=83, bootable\n").unwrap();
+        assert_eq!(reqs.len(), 1, "bootable is a flag, not a positional field");
     }
 
     proptest! {
