@@ -6,6 +6,7 @@ use anyhow::{bail, Context};
 use blkalign::align::Geometry;
 use blkalign::device::{self, SysRoot, Target, TargetKind, Topology};
 use blkalign::plan::{self, Align, Disk, Label, Plan, Request};
+use blkalign::report::human_size;
 use serde::Serialize;
 use std::io::Read;
 use std::path::PathBuf;
@@ -193,8 +194,8 @@ fn human(target: &Target, plan: &Plan) -> String {
         },
         ss,
         plan.total_sectors,
-        size_text(plan.total_sectors * ss),
-        size_text(plan.grain_bytes),
+        human_size(plan.total_sectors * ss),
+        human_size(plan.grain_bytes),
     );
     out += &format!(
         "{:>3} {:>12} {:>12} {:>12} {:>10}  {:<9} {:<38} {}\n",
@@ -207,7 +208,7 @@ fn human(target: &Target, plan: &Plan) -> String {
             p.start,
             p.start + p.size - 1,
             p.size,
-            size_text(p.size * ss),
+            human_size(p.size * ss),
             format!("{:?}", p.role).to_lowercase(),
             type_text(&p.type_id),
             p.name.as_deref().unwrap_or(""),
@@ -220,21 +221,5 @@ fn type_text(type_id: &str) -> String {
     match blkalign::table::types::name_of(type_id) {
         Some(name) => format!("{name} ({type_id})"),
         None => type_id.to_string(),
-    }
-}
-
-/// Bytes in the largest binary unit that keeps one decimal.
-pub fn size_text(bytes: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < units.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 {
-        format!("{value:.0} {}", units[unit])
-    } else {
-        format!("{value:.1} {}", units[unit])
     }
 }
