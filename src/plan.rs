@@ -2,6 +2,7 @@
 //! goes, before anything is written.
 
 use crate::align::{align_down, align_up, lcm, MIB};
+use crate::table::gpt::Guid;
 use crate::table::types;
 use serde::Serialize;
 
@@ -341,21 +342,21 @@ pub fn resolve_type(label: Label, text: &str) -> Result<String, PlanError> {
     match (label, types::by_name(&t)) {
         (Label::Mbr, Some((code, _))) => code.map(|c| format!("0x{c:02x}")).ok_or_else(bad),
         (Label::Gpt, Some((_, guid))) => guid.map(str::to_string).ok_or_else(bad),
-        (Label::Mbr, None) => {
-            let hex = t.strip_prefix("0x").unwrap_or(&t);
-            let code = u8::from_str_radix(hex, 16).ok().filter(|&c| c != 0 && hex.len() <= 2);
-            code.map(|c| format!("0x{c:02x}")).ok_or_else(bad)
+        (Label::Mbr, None) => parse_mbr_code(&t).map(|c| format!("0x{c:02x}")).ok_or_else(bad),
+        // Not the all-zero GUID: it marks an unused entry.
+        (Label::Gpt, None) => {
+            let guid = t.parse::<Guid>().ok().filter(|g| !g.is_zero());
+            guid.map(|g| g.to_string()).ok_or_else(bad)
         }
-        (Label::Gpt, None) => is_guid(&t).then(|| t.to_ascii_uppercase()).ok_or_else(bad),
     }
 }
 
-/// 8-4-4-4-12 hex digits, and not the all-zero "unused" GUID.
-fn is_guid(text: &str) -> bool {
-    let groups: Vec<&str> = text.split('-').collect();
-    let shape = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]);
-    let hex = groups.iter().all(|g| g.chars().all(|c| c.is_ascii_hexdigit()));
-    shape && hex && text.chars().any(|c| c.is_ascii_hexdigit() && c != '0')
+/// An MBR type code as "83" or "0x83" (one or two hex digits, either
+/// case); None for anything else and for 0, which marks an unused entry.
+pub fn parse_mbr_code(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")).unwrap_or(text);
+    let digits = (1..=2).contains(&hex.len()) && hex.bytes().all(|c| c.is_ascii_hexdigit());
+    digits.then(|| u8::from_str_radix(hex, 16).ok()).flatten().filter(|&c| c != 0)
 }
 
 fn planned(
@@ -402,8 +403,9 @@ pub fn parse_part(text: &str) -> Result<Request, String> {
 }
 
 /// Parse an sfdisk-style script: `label: gpt|dos` and one partition per
-/// line as `start=, size=, type=, name=` (other fields and headers are
-/// ignored). Extended partitions are dropped: the planner makes its own.
+/// line as `start=, size=, type=, name=` (other named fields, `bootable`
+/// and headers are ignored; positional fields are refused). Extended
+/// partitions are dropped: the planner makes its own.
 pub fn parse_script(text: &str) -> Result<(Option<Label>, Vec<Request>), String> {
     let mut label = None;
     let mut requests = Vec::new();
@@ -447,7 +449,15 @@ fn script_part(line: &str) -> Result<Option<Request>, String> {
     let mut r = Request { min_start: None, size: Size::Rest, type_id: "linux".into(), name: None };
     for field in split_fields(fields) {
         let Some((key, value)) = field.split_once('=') else {
-            continue;
+            // The one bare word sfdisk dumps; anything else is positional
+            // (`,1M,83`), and skipping it would change what is planned.
+            if field == "bootable" {
+                continue;
+            }
+            return Err(format!(
+                "{line:?}: positional sfdisk fields are not supported; \
+                 use start=, size=, type="
+            ));
         };
         let value = value.trim().trim_matches('"');
         match key.trim() {
@@ -728,6 +738,30 @@ mod tests {
         assert_eq!(reqs[0].name.as_deref(), Some("EFI system"));
         assert!(parse_script("label: sun\n").unwrap_err().contains("line 1"));
         assert!(parse_script("start=x\n").is_err());
+    }
+
+    #[test]
+    fn positional_script_lines_are_refused() {
+        for script in ["label: dos\n,1M,83\n", "label: gpt\n2048,4096\n", "size=1M, L\n"] {
+            let err = parse_script(script).unwrap_err();
+            assert!(err.contains("positional sfdisk fields are not supported"), "{err}");
+            assert!(err.contains("use start=, size=, type="), "{err}");
+            let line = script.lines().last().unwrap();
+            assert!(err.contains(&format!("{line:?}")), "names the line: {err}");
+        }
+        let (_, reqs) = parse_script("start=2048, size=100, type=83, bootable\n").unwrap();
+        assert_eq!(reqs.len(), 1, "bootable is a flag, not a positional field");
+    }
+
+    #[test]
+    fn mbr_codes_parse() {
+        assert_eq!(parse_mbr_code("83"), Some(0x83));
+        assert_eq!(parse_mbr_code("0x0c"), Some(0x0c));
+        assert_eq!(parse_mbr_code("0XEF"), Some(0xef));
+        assert_eq!(parse_mbr_code("7"), Some(7));
+        for bad in ["0", "0x00", "0x", "", "183", "0x183", "+8", "g1", "linux"] {
+            assert_eq!(parse_mbr_code(bad), None, "{bad}");
+        }
     }
 
     proptest! {

@@ -4,14 +4,7 @@
 mod common;
 
 use common::emulate::EmulatedDrive;
-use common::{blkalign, needs, run, run_stdin};
-use serde_json::Value;
-
-fn audit(args: &[&str]) -> (i32, Value) {
-    let out = blkalign().args(["audit", "--json"]).args(args).output().expect("run");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("json");
-    (out.status.code().expect("exit code"), doc["targets"][0].clone())
-}
+use common::{audit_json as audit, needs, run, run_stdin};
 
 #[test]
 fn lying_drive_is_judged_by_4096_unless_trusted() {

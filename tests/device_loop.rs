@@ -52,14 +52,32 @@ fn loop_partition_resolves_to_its_parent() {
 
 /// Whatever disks this machine has: listing and describing them must work,
 /// and sysfs alone must be enough when a device cannot be opened. Loop
-/// devices are skipped: other tests attach and detach them concurrently.
+/// devices are skipped (other tests attach and detach them concurrently)
+/// except one of our own, attached when we can so there is always a disk.
 #[test]
 fn every_disk_on_this_machine_has_a_topology() {
+    let image = Image::new(16 * MIB);
+    let can_attach = common::is_root()
+        && std::path::Path::new("/dev/loop-control").exists()
+        && common::which("losetup").is_some();
+    let own = can_attach.then(|| Loop::attach(&image.path, 512));
+    let own_name = own.as_ref().and_then(|l| l.dev.file_name()).and_then(|n| n.to_str());
     let root = SysRoot::real();
     let disks = blkalign::device::list_disks(&root).expect("list /sys/block");
-    let not_loop =
-        |t: &&blkalign::device::Target| !t.name.as_deref().is_some_and(|n| n.starts_with("loop"));
-    for target in disks.iter().filter(not_loop) {
+    let checked: Vec<_> = disks
+        .iter()
+        .filter(|t| match t.name.as_deref() {
+            Some(name) if name.starts_with("loop") => Some(name) == own_name,
+            _ => true,
+        })
+        .collect();
+    assert!(
+        !checked.is_empty(),
+        "no disk to check: /sys/block lists {:?} and we cannot attach a loop device",
+        disks.iter().map(|t| t.path.display().to_string()).collect::<Vec<_>>()
+    );
+    assert!(own_name.is_none_or(|n| checked.iter().any(|t| t.name.as_deref() == Some(n))));
+    for target in checked {
         let file = open(target).ok();
         let t = topology(&root, target, file.as_ref(), &Overrides::default()).expect("topology");
         eprintln!("{}: {t:?}", target.path.display());

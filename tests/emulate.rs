@@ -107,37 +107,14 @@ fn native_512_and_4kn_have_no_penalty() {
 
 #[test]
 fn sfdisk_partitions_appear() {
-    if !common::needs(true, &["nbdkit", "nbdfuse", "losetup", "sfdisk"]) {
+    if !common::needs(true, &["nbdkit", "nbdfuse", "losetup", "sfdisk", "partx"]) {
         return;
     }
     let drive =
         EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB", "--latency-ms", "0"]);
     common::run_stdin("sfdisk", &[drive.str()], Some("label: gpt\nstart=2048, size=16MiB\n"));
-    let node = drive.partition(1);
-    let appeared = || {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
-        while !node.exists() && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        node.exists()
-    };
-    if !appeared() && !kernel_parses_partitions() {
-        // Such kernels (some microVMs) never scan; userspace adds the nodes.
-        eprintln!("this kernel has no partition parsers; adding the nodes with partx");
-        common::run("partx", &["-a", drive.str()]);
-    }
-    assert!(appeared(), "{} did not appear", node.display());
-}
-
-/// False when the running kernel was built without MBR and GPT parsers, so
-/// `losetup -P` and BLKRRPART find no partitions (known from its config).
-fn kernel_parses_partitions() -> bool {
-    let config = std::process::Command::new("zcat").arg("/proc/config.gz").output();
-    let config =
-        config.map(|out| String::from_utf8_lossy(&out.stdout).into_owned()).unwrap_or_default();
-    config.is_empty()
-        || config.contains("CONFIG_EFI_PARTITION=y")
-        || config.contains("CONFIG_MSDOS_PARTITION=y")
+    common::add_partitions(drive.str(), 1);
+    assert!(drive.partition(1).exists());
 }
 
 /// Fills `len` bytes at `offset` with `byte`, O_DIRECT.
@@ -284,8 +261,9 @@ fn stop_works_after_nbdkit_crashed() {
         EmulatedDrive::start(&["--preset", "wd-ears", "--size", "16MiB", "--volatile-cache"]);
     let record = std::fs::read_to_string(state_dir().join(format!("{}.json", drive.id)));
     let record: serde_json::Value = serde_json::from_str(&record.expect("record")).expect("JSON");
-    let pid = record["nbdkit_pid"].as_u64().expect("nbdkit pid").to_string();
-    common::run("kill", &["-KILL", &pid]);
+    let pid = record["nbdkit_pid"].as_u64().and_then(|p| i32::try_from(p).ok());
+    let pid = pid.and_then(rustix::process::Pid::from_raw).expect("nbdkit pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).expect("kill nbdkit");
     let listed = common::blkalign().args(["emulate", "list"]).output().expect("list");
     assert_eq!(listed.status.code(), Some(1), "a broken drive is a problem");
     let id = drive.id.clone();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{blkalign, needs, parted_aligned, run, sfdisk_partitions, Image, Loop};
+use common::{audit_json, blkalign, needs, parted_aligned, run, sfdisk_partitions, Image, Loop};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -106,10 +106,8 @@ fn check_peers(dev: &str, plan: &Value) {
             .collect();
         assert_eq!(entries, expect, "gptman");
     }
-    let out = blkalign().args(["audit", "--json", dev]).output().expect("audit");
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("audit json");
-    let target = &doc["targets"][0];
-    assert_eq!(out.status.code(), Some(0), "audit: {target}");
+    let (code, target) = audit_json(&[dev]);
+    assert_eq!(code, 0, "audit: {target}");
     assert_eq!(target["problems"].as_array().map_or(0, Vec::len), 0, "audit problems: {target}");
     for p in target["partitions"].as_array().expect("partitions") {
         assert_eq!(p["verdict"], "aligned", "audit: {p}");
@@ -223,6 +221,34 @@ fn dry_run_and_refusals_write_nothing() {
     );
 }
 
+/// A logical sector size other than the kernel's would make a table nobody
+/// reads on a block device: refused there, while an image file may be
+/// planned for the disk it will be copied to.
+#[test]
+fn logical_sector_size_override_is_for_images_only() {
+    if !needs(true, &["losetup"]) {
+        return;
+    }
+    let img = Image::new(64 * MIB);
+    let dev = Loop::attach(&img.path, 512);
+    let args = ["--logical-sector-size", "4096", "--part", "rest"];
+    let planned = blkalign().args(["plan", dev.str()]).args(args).output().expect("run");
+    for out in [planned, partition(dev.str(), &args)] {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("512-byte logical sectors") && err.contains("4096"), "{err}");
+    }
+    let mut head = vec![0u8; MIB as usize];
+    let device = std::fs::File::open(&dev.dev).expect("open");
+    std::os::unix::fs::FileExt::read_exact_at(&device, &mut head, 0).expect("read");
+    assert!(head.iter().all(|&b| b == 0), "a refused request wrote");
+    let same = plan_json(dev.str(), &["--logical-sector-size", "512", "--part", "rest"]);
+    assert_eq!(same["sector_size"], 512, "the kernel's own size is no override");
+    drop(dev);
+    let plan = plan_json(img.str(), &args);
+    assert_eq!(plan["sector_size"], 4096, "an image may be laid out for a 4Kn disk");
+}
+
 #[test]
 fn mbr_cannot_address_beyond_2tib_at_512_bytes() {
     let img = Image::new(3 << 40);
@@ -274,7 +300,12 @@ fn on_4096_loop(label: &str, parts: &[&str]) {
     let plan = plan_json(dev.str(), &args);
     assert_eq!(plan["sector_size"], 4096);
     let refused = partition(img.str(), &args);
-    assert_eq!(refused.status.code(), Some(2), "the image is attached to {}", dev.str());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "the image is attached to {}: {why}", dev.str());
+    assert!(
+        why.contains(&format!("attached to {}", dev.str())),
+        "refused for another reason: {why}"
+    );
     partition_ok(dev.str(), &args);
     check_peers(dev.str(), &plan);
     assert!(dev.partition(1).exists(), "the kernel re-read the table");

@@ -3,21 +3,14 @@
 
 mod common;
 
-use common::{blkalign, needs, parted_aligned, run, run_stdin, sfdisk_partitions, Image, Loop};
+use common::{audit_json, needs, parted_aligned, run, run_stdin, sfdisk_partitions, Image, Loop};
 use proptest::prelude::*;
 use serde_json::Value;
-
-fn audit(dev: &str) -> (i32, Value) {
-    let out = blkalign().args(["audit", "--json", dev]).output().expect("run");
-    let doc: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
-    (out.status.code().expect("exit code"), doc["targets"][0].clone())
-}
 
 /// Every partition: same place as sfdisk says, 1 MiB verdict as parted's,
 /// physical verdict as the arithmetic on `sector`-byte sectors.
 fn check_against_peers(dev: &str, sector: u64) -> Value {
-    let (code, target) = audit(dev);
+    let (code, target) = audit_json(&[dev]);
     let ours = target["partitions"].as_array().expect("partitions").clone();
     let theirs = sfdisk_partitions(dev);
     assert_eq!(ours.len(), theirs.len(), "partition count: {target}");
@@ -113,7 +106,7 @@ fn gpt_with_broken_primary_is_read_from_the_backup() {
     let mut data = data;
     data[512..520].fill(0);
     std::fs::write(&image.path, data).expect("write");
-    let (code, target) = audit(image.str());
+    let (code, target) = audit_json(&[image.str()]);
     assert_eq!(code, 0, "{target}");
     let parts: Vec<(u64, u64, u64)> = target["partitions"]
         .as_array()
@@ -151,7 +144,7 @@ fn gpt_on_a_4096_byte_loop_device() {
     assert_eq!(target["partitions"][1]["verdict"], "aligned");
     // A partition node audits its disk and highlights itself.
     let node = dev.partition(2);
-    let (_, via_part) = audit(node.to_str().unwrap());
+    let (_, via_part) = audit_json(&[node.to_str().unwrap()]);
     assert_eq!(via_part["path"], dev.str());
     let selected: Vec<bool> =
         via_part["partitions"].as_array().unwrap().iter().map(|p| p["selected"] == true).collect();
@@ -164,10 +157,10 @@ fn mbr_image_audited_via_loop_device_matches_image() {
         return;
     }
     let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=1900\nstart=2048, size=4096\n");
-    let (_, from_file) = audit(image.str());
+    let (_, from_file) = audit_json(&[image.str()]);
     let dev = Loop::attach(&image.path, 512);
     dev.add_partitions(2);
-    let (code, from_dev) = audit(dev.str());
+    let (code, from_dev) = audit_json(&[dev.str()]);
     assert_eq!(code, 1);
     assert_eq!(from_dev["partitions"], from_file["partitions"]);
     assert_eq!(from_dev["kind"], "disk");

@@ -3,7 +3,7 @@
 mod common;
 
 use blkalign::table::{self, Label, Layout, PartKind};
-use common::{run, Image};
+use common::{run, sfdisk_json, Image};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 
@@ -13,21 +13,6 @@ fn read(image: &Image) -> Layout {
     let file = File::open(&image.path).expect("open image");
     let size = file.metadata().expect("stat image").len();
     table::read(&file, 512, size).expect("read table")
-}
-
-/// (number, start, size, type) as `sfdisk --json` sees the image.
-fn sfdisk_view(image: &Image) -> (String, Vec<(u32, u64, u64, String)>) {
-    let out = run("sfdisk", &["--json", image.str()]);
-    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("sfdisk json");
-    let table = &json["partitiontable"];
-    let parts = table["partitions"].as_array().expect("partitions").iter().map(|p| {
-        let node = p["node"].as_str().expect("node");
-        let number = node.strip_prefix(image.str()).and_then(|n| n.parse().ok()).expect("number");
-        let start = p["start"].as_u64().expect("start");
-        let size = p["size"].as_u64().expect("size");
-        (number, start, size, p["type"].as_str().expect("type").to_string())
-    });
-    (table["label"].as_str().expect("label").to_string(), parts.collect())
 }
 
 /// Our partitions in sfdisk's terms: dos types as bare lower-case hex.
@@ -40,7 +25,7 @@ fn our_view(layout: &Layout) -> Vec<(u32, u64, u64, String)> {
 
 fn assert_same(image: &Image, label: Label) -> Layout {
     let layout = read(image);
-    let (peer_label, peer) = sfdisk_view(image);
+    let (peer_label, peer) = sfdisk_json(image.str());
     assert_eq!(layout.label, label);
     assert_eq!(peer_label, if label == Label::Mbr { "dos" } else { "gpt" });
     assert_eq!(our_view(&layout), peer);

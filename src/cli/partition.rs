@@ -125,7 +125,8 @@ struct Region {
 }
 
 /// The old bytes, back to back, and a JSON sidecar naming their offsets;
-/// both flushed before anything on the target changes. Never overwrites.
+/// both flushed, with the directory holding them, before anything on the
+/// target changes. Never overwrites.
 fn save_backup(
     chosen: Option<&Path>,
     target: &Target,
@@ -175,7 +176,19 @@ fn save_backup(
         f.write_all(&bytes)?;
         f.sync_all()?;
     }
+    sync_dir_of(&path)?;
     Ok(path)
+}
+
+/// fsync the directory holding `path`, so its new entry survives a crash
+/// (the sidecar sits beside it, in the same directory).
+fn sync_dir_of(path: &Path) -> anyhow::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let synced = File::open(dir).and_then(|d| d.sync_all());
+    synced.with_context(|| format!("flushing the directory {} of the backup", dir.display()))
 }
 
 fn create_new(path: &Path) -> anyhow::Result<File> {

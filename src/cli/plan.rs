@@ -6,6 +6,7 @@ use anyhow::{bail, Context};
 use blkalign::align::Geometry;
 use blkalign::device::{self, SysRoot, Target, TargetKind, Topology};
 use blkalign::plan::{self, Align, Disk, Label, Plan, Request};
+use blkalign::report::human_size;
 use serde::Serialize;
 use std::io::Read;
 use std::path::PathBuf;
@@ -125,7 +126,33 @@ fn topology(args: &Args, root: &SysRoot, target: &Target) -> anyhow::Result<Topo
     if target.kind == TargetKind::Disk {
         file.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
     }
-    Ok(device::topology(root, target, file.as_ref().ok(), &overrides)?)
+    let file = file.as_ref().ok();
+    if let (TargetKind::Disk, Some(wanted)) = (target.kind, overrides.logical_sector_size) {
+        refuse_other_logical_size(root, target, file, wanted)?;
+    }
+    Ok(device::topology(root, target, file, &overrides)?)
+}
+
+/// A block device is read and written in the sectors the kernel uses: a
+/// table laid out in any other size is one that no tool (nor the kernel)
+/// finds. Image files may be planned for the disk they will be copied to.
+fn refuse_other_logical_size(
+    root: &SysRoot,
+    target: &Target,
+    file: Option<&std::fs::File>,
+    wanted: u64,
+) -> anyhow::Result<()> {
+    let reported = device::topology(root, target, file, &Default::default())?.logical_sector_size;
+    if reported.source != device::Source::Assumed && reported.value != wanted {
+        bail!(
+            "{} is a block device with {}-byte logical sectors; a table laid out for \
+             --logical-sector-size {wanted} would be unreadable there (to prepare an image \
+             for a {wanted}-byte disk, plan an image file instead)",
+            target.path.display(),
+            reported.value
+        );
+    }
+    Ok(())
 }
 
 /// The planner's view: the effective physical sector, as audit judges it.
@@ -167,8 +194,8 @@ fn human(target: &Target, plan: &Plan) -> String {
         },
         ss,
         plan.total_sectors,
-        size_text(plan.total_sectors * ss),
-        size_text(plan.grain_bytes),
+        human_size(plan.total_sectors * ss),
+        human_size(plan.grain_bytes),
     );
     out += &format!(
         "{:>3} {:>12} {:>12} {:>12} {:>10}  {:<9} {:<38} {}\n",
@@ -181,7 +208,7 @@ fn human(target: &Target, plan: &Plan) -> String {
             p.start,
             p.start + p.size - 1,
             p.size,
-            size_text(p.size * ss),
+            human_size(p.size * ss),
             format!("{:?}", p.role).to_lowercase(),
             type_text(&p.type_id),
             p.name.as_deref().unwrap_or(""),
@@ -194,21 +221,5 @@ fn type_text(type_id: &str) -> String {
     match blkalign::table::types::name_of(type_id) {
         Some(name) => format!("{name} ({type_id})"),
         None => type_id.to_string(),
-    }
-}
-
-/// Bytes in the largest binary unit that keeps one decimal.
-pub fn size_text(bytes: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < units.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 {
-        format!("{value:.0} {}", units[unit])
-    } else {
-        format!("{value:.1} {}", units[unit])
     }
 }

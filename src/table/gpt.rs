@@ -17,7 +17,7 @@ pub const ENTRY_SIZE: u32 = 128;
 /// Bigger entry arrays are treated as corrupt headers.
 pub const MAX_ENTRIES_BYTES: u64 = 16 << 20;
 /// Offset of the header CRC, zeroed while computing it.
-const HEADER_CRC_AT: usize = 16;
+pub(crate) const HEADER_CRC_AT: usize = 16;
 
 /// A GUID as stored: the first three fields little-endian.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +44,36 @@ impl fmt::Display for Guid {
         )?;
         write!(f, "{:02X}{:02X}-", b[8], b[9])?;
         b[10..].iter().try_for_each(|x| write!(f, "{x:02X}"))
+    }
+}
+
+/// Text that is not a GUID in the 8-4-4-4-12 hex form.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a GUID (8-4-4-4-12 hex digits)")]
+pub struct BadGuid(pub String);
+
+/// The canonical text in either case, e.g. 0fc63daf-8483-4772-8e79-3d69d8477de4;
+/// the inverse of `Display`.
+impl std::str::FromStr for Guid {
+    type Err = BadGuid;
+
+    fn from_str(text: &str) -> Result<Guid, BadGuid> {
+        let bad = || BadGuid(text.to_string());
+        let groups: Vec<&str> = text.split('-').collect();
+        let shape = groups.iter().map(|g| g.len()).eq([8, 4, 4, 4, 12]);
+        if !shape || !groups.iter().all(|g| g.bytes().all(|c| c.is_ascii_hexdigit())) {
+            return Err(bad());
+        }
+        let hex = groups.concat();
+        let mut b = [0u8; 16];
+        for (i, byte) in b.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        // The first three fields are stored little-endian.
+        b[0..4].reverse();
+        b[4..6].reverse();
+        b[6..8].reverse();
+        Ok(Guid(b))
     }
 }
 

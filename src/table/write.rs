@@ -2,7 +2,9 @@
 //! the order they must reach the disk so that a crash part-way leaves
 //! either the old table or a recoverable new one.
 
-use crate::plan::{Label, Plan, Planned, Role};
+use crate::plan::{self, Label, Plan, Planned, Role, GPT_ENTRIES_BYTES};
+use crate::table::gpt::{self, Guid};
+use crate::table::mbr;
 use std::io::Read;
 
 /// Bytes to put at a byte offset.
@@ -56,11 +58,9 @@ pub enum WriteError {
     Ids(usize, usize),
 }
 
-const MBR_SIGNATURE: [u8; 2] = [0x55, 0xAA];
-const GPT_REVISION: u32 = 0x0001_0000;
-const HEADER_SIZE: u32 = 92;
-const ENTRY_COUNT: u32 = 128;
-const ENTRY_SIZE: u32 = 128;
+/// Entries in the array the planner made room for.
+const ENTRY_COUNT: u32 = (GPT_ENTRIES_BYTES / gpt::ENTRY_SIZE as u64) as u32;
+const ENTRY_SIZE: usize = gpt::ENTRY_SIZE as usize;
 
 /// The writes that put `plan` on a disk, in the order to make them (each
 /// followed by a flush).
@@ -101,9 +101,9 @@ fn chunk(offset: u64, bytes: Vec<u8>, what: &'static str) -> Chunk {
 /// One sector holding the 92-byte header; `lbas` = (my, alternate, entries).
 fn gpt_header(plan: &Plan, ids: &Ids, lbas: [u64; 3], entries_crc: u32) -> Vec<u8> {
     let mut h = vec![0u8; plan.sector_size as usize];
-    put(&mut h, 0, b"EFI PART");
-    put(&mut h, 8, &GPT_REVISION.to_le_bytes());
-    put(&mut h, 12, &HEADER_SIZE.to_le_bytes());
+    put(&mut h, 0, gpt::SIGNATURE);
+    put(&mut h, 8, &gpt::REVISION.to_le_bytes());
+    put(&mut h, 12, &gpt::HEADER_SIZE.to_le_bytes());
     put(&mut h, 24, &lbas[0].to_le_bytes());
     put(&mut h, 32, &lbas[1].to_le_bytes());
     put(&mut h, 40, &plan.first_usable_lba.to_le_bytes());
@@ -111,24 +111,24 @@ fn gpt_header(plan: &Plan, ids: &Ids, lbas: [u64; 3], entries_crc: u32) -> Vec<u
     put(&mut h, 56, &ids.disk_guid);
     put(&mut h, 72, &lbas[2].to_le_bytes());
     put(&mut h, 80, &ENTRY_COUNT.to_le_bytes());
-    put(&mut h, 84, &ENTRY_SIZE.to_le_bytes());
+    put(&mut h, 84, &gpt::ENTRY_SIZE.to_le_bytes());
     put(&mut h, 88, &entries_crc.to_le_bytes());
-    let crc = crc32fast::hash(&h[..HEADER_SIZE as usize]);
-    put(&mut h, 16, &crc.to_le_bytes());
+    let crc = gpt::header_crc_of(&h[..gpt::HEADER_SIZE as usize]);
+    put(&mut h, gpt::HEADER_CRC_AT, &crc.to_le_bytes());
     h
 }
 
 /// 128 entries of 128 bytes; partition N in slot N so numbers stay stable.
 fn entry_array(parts: &[&Planned], ids: &Ids) -> Result<Vec<u8>, WriteError> {
-    let mut array = vec![0u8; (ENTRY_COUNT * ENTRY_SIZE) as usize];
+    let mut array = vec![0u8; ENTRY_COUNT as usize * ENTRY_SIZE];
     for (p, guid) in parts.iter().zip(&ids.partition_guids) {
         let slot = (p.number as usize).checked_sub(1).filter(|&s| s < ENTRY_COUNT as usize);
-        let kind = parse_guid(&p.type_id);
+        let kind = p.type_id.parse::<Guid>().ok().filter(|g| !g.is_zero());
         let (Some(slot), Some(kind)) = (slot, kind) else {
             return Err(WriteError::Type(p.number, p.type_id.clone()));
         };
-        let e = slot * ENTRY_SIZE as usize;
-        put(&mut array, e, &kind);
+        let e = slot * ENTRY_SIZE;
+        put(&mut array, e, &kind.0);
         put(&mut array, e + 16, guid);
         put(&mut array, e + 32, &p.start.to_le_bytes());
         put(&mut array, e + 40, &(p.start + p.size - 1).to_le_bytes());
@@ -144,42 +144,25 @@ fn entry_array(parts: &[&Planned], ids: &Ids) -> Result<Vec<u8>, WriteError> {
     Ok(array)
 }
 
-/// "0FC63DAF-8483-4772-8E79-3D69D8477DE4" as stored: the first three
-/// groups little-endian, the last two as written.
-pub fn parse_guid(text: &str) -> Option<[u8; 16]> {
-    let hex: String = text.chars().filter(|&c| c != '-').collect();
-    if hex.len() != 32 || text.len() != 36 {
-        return None;
-    }
-    let mut b = [0u8; 16];
-    for (i, byte) in b.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    b[0..4].reverse();
-    b[4..6].reverse();
-    b[6..8].reverse();
-    Some(b)
-}
-
 /// A single 0xEE entry from LBA 1 over the disk, capped at 32 bits.
 fn protective_mbr(plan: &Plan) -> Vec<u8> {
     let mut s = boot_sector(plan.sector_size);
     let size = (plan.total_sectors - 1).min(u64::from(u32::MAX)) as u32;
-    mbr_entry(&mut s, 0, 0xEE, 1, size, 1);
+    mbr_entry(&mut s, 0, mbr::TYPE_GPT, 1, size, 1);
     s
 }
 
 /// An empty boot sector: zeros with the 0x55AA signature.
 fn boot_sector(sector_size: u64) -> Vec<u8> {
     let mut s = vec![0u8; sector_size as usize];
-    put(&mut s, 510, &MBR_SIGNATURE);
+    put(&mut s, 510, &mbr::SIGNATURE.to_le_bytes());
     s
 }
 
 /// Entry `slot` of a boot record: type, start and size as stored (relative
 /// where EBRs need it), CHS from the absolute LBA `abs_start`.
 fn mbr_entry(sector: &mut [u8], slot: usize, kind: u8, start: u32, size: u32, abs_start: u64) {
-    let e = 446 + slot * 16;
+    let e = mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE;
     let abs_end = abs_start + u64::from(size.max(1)) - 1;
     put(sector, e + 1, &chs(abs_start));
     sector[e + 4] = kind;
@@ -212,7 +195,7 @@ fn mbr(plan: &Plan, ids: &Ids) -> Result<Vec<Chunk>, WriteError> {
     let slots = plan.partitions.iter().filter(|p| p.role != Role::Logical);
     for p in slots {
         let slot = (p.number as usize).checked_sub(1).filter(|&s| s < 4);
-        let kind = mbr_code(&p.type_id);
+        let kind = plan::parse_mbr_code(&p.type_id);
         let (Some(slot), Some(kind)) = (slot, kind) else {
             return Err(WriteError::Type(p.number, p.type_id.clone()));
         };
@@ -235,8 +218,8 @@ fn ebrs(plan: &Plan) -> Result<Vec<Chunk>, WriteError> {
     let mut out = Vec::new();
     for (i, p) in logicals.iter().enumerate() {
         let ebr = p.ebr.ok_or(WriteError::MbrRange(p.number))?;
-        let kind =
-            mbr_code(&p.type_id).ok_or_else(|| WriteError::Type(p.number, p.type_id.clone()))?;
+        let kind = plan::parse_mbr_code(&p.type_id)
+            .ok_or_else(|| WriteError::Type(p.number, p.type_id.clone()))?;
         let mut sector = boot_sector(plan.sector_size);
         mbr_entry(&mut sector, 0, kind, u32_of(p, p.start - ebr)?, u32_of(p, p.size)?, p.start);
         if let Some(next) = logicals.get(i + 1) {
@@ -267,10 +250,6 @@ fn stale_gpt_wipes(plan: &Plan) -> Vec<Chunk> {
     let tail = (plan.total_sectors.saturating_sub(tail_sectors)..plan.total_sectors)
         .filter(|&lba| lba >= last_used);
     head.chain(tail).map(|lba| chunk(lba * ss, vec![0u8; ss as usize], "stale gpt wipe")).collect()
-}
-
-fn mbr_code(type_id: &str) -> Option<u8> {
-    u8::from_str_radix(type_id.strip_prefix("0x")?, 16).ok()
 }
 
 fn u32_of(p: &Planned, v: u64) -> Result<u32, WriteError> {
@@ -389,9 +368,16 @@ mod tests {
 
     #[test]
     fn guids_and_chs() {
-        let g = parse_guid("0FC63DAF-8483-4772-8E79-3D69D8477DE4").unwrap();
-        assert_eq!(g, crate::table::fixtures::LINUX);
-        assert_eq!(parse_guid("0FC63DAF84834772-8E79-3D69D8477DE4-"), None);
+        let text = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
+        let g: Guid = text.parse().unwrap();
+        assert_eq!(g.0, crate::table::fixtures::LINUX);
+        assert_eq!(g.to_string(), text, "Display is the inverse");
+        assert_eq!(text.to_ascii_lowercase().parse::<Guid>(), Ok(g));
+        for bad in
+            ["0FC63DAF84834772-8E79-3D69D8477DE4-", "0FC63DAF-8483-4772-8E79-3D69D8477DEX", ""]
+        {
+            assert!(bad.parse::<Guid>().is_err(), "{bad}");
+        }
         assert_eq!(chs(0), [0, 1, 0]);
         assert_eq!(chs(2048), [32, 33, 0]);
         assert_eq!(chs(1 << 30), [0xFE, 0xFF, 0xFF]);

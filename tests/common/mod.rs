@@ -121,16 +121,32 @@ impl Loop {
         PathBuf::from(format!("{}p{n}", self.str()))
     }
 
-    /// Make the kernel know the partitions up to `last`: wait for its own
-    /// scan, and where the kernel has no partition parsers (as on some CI
-    /// kernels) let partx read the table and add them (BLKPG).
+    /// See [`add_partitions`].
     pub fn add_partitions(&self, last: u32) {
-        let node = self.partition(last);
-        if !appears(&node, 20) {
-            run("partx", &["-a", self.str()]);
-        }
-        assert!(appears(&node, 100), "{} never appeared", node.display());
+        add_partitions(self.str(), last);
     }
+}
+
+/// Make the kernel know the partitions of `dev` up to `last` (node
+/// `{dev}p{last}`): wait for its own scan, and where the kernel has no
+/// partition parsers (as on some CI kernels and microVMs) let partx read
+/// the table and add them (BLKPG).
+pub fn add_partitions(dev: &str, last: u32) {
+    let node = PathBuf::from(format!("{dev}p{last}"));
+    if appears(&node, 20) {
+        return;
+    }
+    eprintln!("{} did not appear; adding the partitions with partx", node.display());
+    let exe = which("partx").unwrap_or_else(|| PathBuf::from("partx"));
+    // It may fail on partitions the kernel's own scan adds meanwhile: the
+    // node is what counts.
+    let partx = Command::new(exe).args(["-a", dev]).output().expect("run partx");
+    assert!(
+        appears(&node, 100),
+        "{} never appeared; partx -a {dev}: {}",
+        node.display(),
+        String::from_utf8_lossy(&partx.stderr)
+    );
 }
 
 /// devtmpfs creates nodes asynchronously: poll every 50 ms.
@@ -150,20 +166,36 @@ impl Drop for Loop {
     }
 }
 
+/// `sfdisk --json DEV`: the label ("dos", "gpt") and every partition as
+/// (number, start, size, type), the type as sfdisk prints it ("83" or a GUID).
+pub fn sfdisk_json(dev: &str) -> (String, Vec<(u32, u64, u64, String)>) {
+    let out = run("sfdisk", &["--json", dev]);
+    let doc = json_of(&out.stdout);
+    let table = &doc["partitiontable"];
+    let label = table["label"].as_str().expect("label").to_string();
+    let parts = table["partitions"].as_array().cloned().unwrap_or_default();
+    let parts = parts.iter().map(|p| {
+        let node = p["node"].as_str().expect("node");
+        let text = |k: &str| p[k].as_str().unwrap_or_else(|| panic!("{k}: {p}")).to_string();
+        let number = |k: &str| p[k].as_u64().unwrap_or_else(|| panic!("{k}: {p}"));
+        (partition_number(dev, node), number("start"), number("size"), text("type"))
+    });
+    (label, parts.collect())
+}
+
+/// The number in a partition node: /dev/loop0p3 or disk.img3 is 3.
+fn partition_number(dev: &str, node: &str) -> u32 {
+    let suffix = node.strip_prefix(dev).map(|s| s.trim_start_matches('p'));
+    let digits: String = node.chars().rev().take_while(char::is_ascii_digit).collect();
+    let digits: String = digits.chars().rev().collect();
+    let number = suffix.and_then(|s| s.parse().ok()).or_else(|| digits.parse().ok());
+    number.unwrap_or_else(|| panic!("no partition number in {node:?}"))
+}
+
 /// (number, start, size) of every partition, as `sfdisk --json` reads them.
 pub fn sfdisk_partitions(dev: &str) -> Vec<(u64, u64, u64)> {
-    let out = run("sfdisk", &["--json", dev]);
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("sfdisk json");
-    let parts = doc["partitiontable"]["partitions"].as_array().cloned().unwrap_or_default();
-    parts
-        .iter()
-        .map(|p| {
-            let node = p["node"].as_str().expect("node");
-            let digits: String = node.chars().rev().take_while(char::is_ascii_digit).collect();
-            let number = digits.chars().rev().collect::<String>().parse().expect("number");
-            (number, p["start"].as_u64().expect("start"), p["size"].as_u64().expect("size"))
-        })
-        .collect()
+    let (_, parts) = sfdisk_json(dev);
+    parts.into_iter().map(|(number, start, size, _)| (u64::from(number), start, size)).collect()
 }
 
 /// parted's verdict: `parted -s DEV align-check opt N` exits 0 when aligned.
@@ -180,4 +212,18 @@ pub fn parted_aligned(dev: &str, number: u64) -> bool {
 pub fn blkalign() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("blkalign").expect("binary built")
 }
+
+/// `out` as JSON, panicking with the text when it is not.
+pub fn json_of(out: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(out)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
+}
+
+/// `blkalign audit --json ARGS`: the exit code and the first target.
+pub fn audit_json(args: &[&str]) -> (i32, serde_json::Value) {
+    let out = blkalign().args(["audit", "--json"]).args(args).output().expect("run audit");
+    let doc = json_of(&out.stdout);
+    (out.status.code().expect("exit code"), doc["targets"][0].clone())
+}
+
 pub mod emulate;
