@@ -342,21 +342,15 @@ pub fn resolve_type(label: Label, text: &str) -> Result<String, PlanError> {
     match (label, types::by_name(&t)) {
         (Label::Mbr, Some((code, _))) => code.map(|c| format!("0x{c:02x}")).ok_or_else(bad),
         (Label::Gpt, Some((_, guid))) => guid.map(str::to_string).ok_or_else(bad),
-        (Label::Mbr, None) => parse_mbr_code(&t).map(|c| format!("0x{c:02x}")).ok_or_else(bad),
+        (Label::Mbr, None) => {
+            types::parse_mbr_code(&t).map(|c| format!("0x{c:02x}")).ok_or_else(bad)
+        }
         // Not the all-zero GUID: it marks an unused entry.
         (Label::Gpt, None) => {
             let guid = t.parse::<Guid>().ok().filter(|g| !g.is_zero());
             guid.map(|g| g.to_string()).ok_or_else(bad)
         }
     }
-}
-
-/// An MBR type code as "83" or "0x83" (one or two hex digits, either
-/// case); None for anything else and for 0, which marks an unused entry.
-pub fn parse_mbr_code(text: &str) -> Option<u8> {
-    let hex = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")).unwrap_or(text);
-    let digits = (1..=2).contains(&hex.len()) && hex.bytes().all(|c| c.is_ascii_hexdigit());
-    digits.then(|| u8::from_str_radix(hex, 16).ok()).flatten().filter(|&c| c != 0)
 }
 
 fn planned(
@@ -755,12 +749,12 @@ mod tests {
 
     #[test]
     fn mbr_codes_parse() {
-        assert_eq!(parse_mbr_code("83"), Some(0x83));
-        assert_eq!(parse_mbr_code("0x0c"), Some(0x0c));
-        assert_eq!(parse_mbr_code("0XEF"), Some(0xef));
-        assert_eq!(parse_mbr_code("7"), Some(7));
+        assert_eq!(types::parse_mbr_code("83"), Some(0x83));
+        assert_eq!(types::parse_mbr_code("0x0c"), Some(0x0c));
+        assert_eq!(types::parse_mbr_code("0XEF"), Some(0xef));
+        assert_eq!(types::parse_mbr_code("7"), Some(7));
         for bad in ["0", "0x00", "0x", "", "183", "0x183", "+8", "g1", "linux"] {
-            assert_eq!(parse_mbr_code(bad), None, "{bad}");
+            assert_eq!(types::parse_mbr_code(bad), None, "{bad}");
         }
     }
 

@@ -126,7 +126,10 @@ fn prometheus_shape() {
     if !needs(false, &["sfdisk"]) {
         return;
     }
-    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=1900\nstart=2048, size=2048\n");
+    // An extended container at an odd start, holding an aligned logical.
+    let script = "label: dos\nstart=63, size=1900\nstart=4095, size=20000, type=5\n\
+                  start=6144, size=4096\n";
+    let image = Image::sfdisk(64 << 20, script);
     let out =
         blkalign().args(["audit", "--format", "prometheus", image.str()]).output().expect("run");
     assert_eq!(out.status.code(), Some(1));
@@ -149,10 +152,11 @@ fn prometheus_shape() {
     );
     assert!(
         text.contains(&format!(
-            "blkalign_partition_misaligned{{device=\"{dev}\",partition=\"2\"}} 0"
+            "blkalign_partition_misaligned{{device=\"{dev}\",partition=\"5\"}} 0"
         )),
         "{text}"
     );
+    assert!(!text.contains("partition=\"2\""), "the extended container raises no alarm: {text}");
     assert!(
         text.contains(&format!(
             "blkalign_partition_start_bytes{{device=\"{dev}\",partition=\"1\"}} 32256"

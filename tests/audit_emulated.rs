@@ -4,7 +4,7 @@
 mod common;
 
 use common::emulate::EmulatedDrive;
-use common::{audit_json as audit, needs, run, run_stdin};
+use common::{audit_json as audit, blkalign, needs, run, run_stdin};
 
 #[test]
 fn lying_drive_is_judged_by_4096_unless_trusted() {

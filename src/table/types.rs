@@ -29,10 +29,18 @@ pub fn by_name(name: &str) -> Option<(Option<u8>, Option<&'static str>)> {
     TYPES.iter().find(|(names, _, _)| names.contains(&name)).map(|(_, mbr, gpt)| (*mbr, *gpt))
 }
 
+/// An MBR type code as "83" or "0x83" (one or two hex digits, either
+/// case); None for anything else and for 0, which marks an unused entry.
+pub fn parse_mbr_code(text: &str) -> Option<u8> {
+    let hex = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")).unwrap_or(text);
+    let digits = (1..=2).contains(&hex.len()) && hex.bytes().all(|c| c.is_ascii_hexdigit());
+    digits.then(|| u8::from_str_radix(hex, 16).ok()).flatten().filter(|&c| c != 0)
+}
+
 /// A short name for a type id as the table reader writes it ("0x83" or an
 /// upper-case GUID); None for types we do not name.
 pub fn name_of(type_id: &str) -> Option<&'static str> {
-    let code = type_id.strip_prefix("0x").and_then(|hex| u8::from_str_radix(hex, 16).ok());
+    let code = type_id.starts_with("0x").then(|| parse_mbr_code(type_id)).flatten();
     TYPES
         .iter()
         .find(|(_, mbr, gpt)| match code {

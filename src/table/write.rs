@@ -2,9 +2,9 @@
 //! the order they must reach the disk so that a crash part-way leaves
 //! either the old table or a recoverable new one.
 
-use crate::plan::{self, Label, Plan, Planned, Role, GPT_ENTRIES_BYTES};
+use crate::plan::{Label, Plan, Planned, Role, GPT_ENTRIES_BYTES};
 use crate::table::gpt::{self, Guid};
-use crate::table::mbr;
+use crate::table::{mbr, types};
 use std::io::Read;
 
 /// Bytes to put at a byte offset.
@@ -195,7 +195,7 @@ fn mbr(plan: &Plan, ids: &Ids) -> Result<Vec<Chunk>, WriteError> {
     let slots = plan.partitions.iter().filter(|p| p.role != Role::Logical);
     for p in slots {
         let slot = (p.number as usize).checked_sub(1).filter(|&s| s < 4);
-        let kind = plan::parse_mbr_code(&p.type_id);
+        let kind = types::parse_mbr_code(&p.type_id);
         let (Some(slot), Some(kind)) = (slot, kind) else {
             return Err(WriteError::Type(p.number, p.type_id.clone()));
         };
@@ -218,7 +218,7 @@ fn ebrs(plan: &Plan) -> Result<Vec<Chunk>, WriteError> {
     let mut out = Vec::new();
     for (i, p) in logicals.iter().enumerate() {
         let ebr = p.ebr.ok_or(WriteError::MbrRange(p.number))?;
-        let kind = plan::parse_mbr_code(&p.type_id)
+        let kind = types::parse_mbr_code(&p.type_id)
             .ok_or_else(|| WriteError::Type(p.number, p.type_id.clone()))?;
         let mut sector = boot_sector(plan.sector_size);
         mbr_entry(&mut sector, 0, kind, u32_of(p, p.start - ebr)?, u32_of(p, p.size)?, p.start);
