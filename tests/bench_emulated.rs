@@ -96,7 +96,10 @@ fn default_writes_leave_every_byte_unchanged() {
     bench_json(&[drive.str(), "--pattern", "phybs", "--count", "20"]);
     bench_json(&[drive.str(), "--pattern", "stride", "--total", "256KiB", "--stride", "8KiB"]);
     bench_json(&[drive.str(), "--engine", "io_uring", "--iodepth", "8", "--count", "200"]);
-    common::blkalign().args(["probe", drive.str()]).assert().code(predicates::ord::le(1));
+    // With no latency the answer may be "inconclusive"; either way it wrote.
+    let probe = common::blkalign().args(["probe", drive.str()]).output().expect("run probe");
+    let err = String::from_utf8_lossy(&probe.stderr);
+    assert!(probe.status.code().is_some_and(|c| c <= 1) || err.contains("inconclusive"), "{err}");
     assert_eq!(sha256(&drive.device), before, "a default bench or probe changed the data");
 }
 
