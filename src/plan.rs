@@ -2,8 +2,9 @@
 //! goes, before anything is written.
 
 use crate::align::{align_down, align_up, lcm, MIB};
-use crate::table::gpt::Guid;
-use crate::table::types;
+use crate::table::gpt::{Guid, ENTRY_SIZE};
+use crate::table::write::{self, GptBytes, Ids, MbrBytes, TableBytes, WriteError};
+use crate::table::{self, types};
 use serde::Serialize;
 
 /// Sectors per cylinder in the 224-head, 56-sector geometry: cylinder (and
@@ -17,6 +18,7 @@ const MBR_LIMIT: u64 = u32::MAX as u64;
 
 /// GPT entry array: 128 entries of 128 bytes, as every tool writes it.
 pub const GPT_ENTRIES_BYTES: u64 = 128 * 128;
+const GPT_ENTRY_SIZE: usize = ENTRY_SIZE as usize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -510,6 +512,127 @@ fn script_type(value: &str) -> &str {
         "E" | "X" => "extended",
         other => other,
     }
+}
+
+impl Plan {
+    /// The bytes of this plan's table, with `ids` for its GUIDs and MBR
+    /// signature.
+    pub fn table(&self, ids: &Ids) -> Result<TableBytes, WriteError> {
+        match self.label {
+            Label::Gpt => self.gpt_bytes(ids).map(TableBytes::Gpt),
+            Label::Mbr => self.mbr_bytes(ids).map(TableBytes::Mbr),
+        }
+    }
+
+    fn gpt_bytes(&self, ids: &Ids) -> Result<GptBytes, WriteError> {
+        if ids.partition_guids.len() < self.partitions.len() {
+            return Err(WriteError::Ids(self.partitions.len(), ids.partition_guids.len()));
+        }
+        let ss = self.sector_size;
+        let array_sectors = GPT_ENTRIES_BYTES.div_ceil(ss);
+        let last = self.total_sectors - 1;
+        let mut mbr = write::boot_sector(ss);
+        let size = (self.total_sectors - 1).min(MBR_LIMIT) as u32;
+        write::mbr_entry(&mut mbr, 0, table::mbr::TYPE_GPT, 1, size, 1);
+        Ok(GptBytes {
+            sector_size: ss,
+            disk_guid: ids.disk_guid,
+            first_usable_lba: self.first_usable_lba,
+            last_usable_lba: self.last_usable_lba,
+            entry_size: GPT_ENTRY_SIZE as u32,
+            entries: self.entry_array(ids)?,
+            primary_entries_lba: 2,
+            backup_header_lba: last,
+            backup_entries_lba: last - array_sectors,
+            mbr,
+        })
+    }
+
+    /// 128 entries of 128 bytes; partition N in slot N so numbers stay stable.
+    fn entry_array(&self, ids: &Ids) -> Result<Vec<u8>, WriteError> {
+        let mut array = vec![0u8; GPT_ENTRIES_BYTES as usize];
+        for (p, guid) in self.partitions.iter().zip(&ids.partition_guids) {
+            let slot = (p.number as usize).checked_sub(1).filter(|&s| s < 128);
+            let kind = p.type_id.parse::<Guid>().ok().filter(|g| !g.is_zero());
+            let (Some(slot), Some(kind)) = (slot, kind) else {
+                return Err(WriteError::Type(p.number, p.type_id.clone()));
+            };
+            let e = slot * GPT_ENTRY_SIZE;
+            write::put(&mut array, e, &kind.0);
+            write::put(&mut array, e + 16, guid);
+            write::put(&mut array, e + 32, &p.start.to_le_bytes());
+            write::put(&mut array, e + 40, &(p.start + p.size - 1).to_le_bytes());
+            let name: Vec<u8> = p
+                .name
+                .iter()
+                .flat_map(|n| n.encode_utf16())
+                .take(36)
+                .flat_map(u16::to_le_bytes)
+                .collect();
+            write::put(&mut array, e + 56, &name);
+        }
+        Ok(array)
+    }
+
+    fn mbr_bytes(&self, ids: &Ids) -> Result<MbrBytes, WriteError> {
+        let ss = self.sector_size;
+        let mut mbr = write::boot_sector(ss);
+        write::put(&mut mbr, 440, &ids.mbr_signature.to_le_bytes());
+        for p in self.partitions.iter().filter(|p| p.role != Role::Logical) {
+            let slot = (p.number as usize).checked_sub(1).filter(|&s| s < 4);
+            let kind = types::parse_mbr_code(&p.type_id);
+            let (Some(slot), Some(kind)) = (slot, kind) else {
+                return Err(WriteError::Type(p.number, p.type_id.clone()));
+            };
+            write::mbr_entry(&mut mbr, slot, kind, u32_of(p, p.start)?, u32_of(p, p.size)?, p.start);
+        }
+        Ok(MbrBytes { sector_size: ss, mbr, ebrs: self.ebrs()?, wipes: self.stale_gpt_lbas() })
+    }
+
+    /// One EBR per logical: entry 0 the logical relative to its EBR, entry 1
+    /// the next EBR relative to the extended start (empty for the last).
+    fn ebrs(&self) -> Result<Vec<(u64, Vec<u8>)>, WriteError> {
+        let Some(ext) = self.partitions.iter().find(|p| p.role == Role::Extended) else {
+            return Ok(Vec::new());
+        };
+        let logicals: Vec<&Planned> =
+            self.partitions.iter().filter(|p| p.role == Role::Logical).collect();
+        let mut out = Vec::new();
+        for (i, p) in logicals.iter().enumerate() {
+            let ebr = p.ebr.ok_or(WriteError::MbrRange(p.number))?;
+            let kind = types::parse_mbr_code(&p.type_id)
+                .ok_or_else(|| WriteError::Type(p.number, p.type_id.clone()))?;
+            let mut sector = write::boot_sector(self.sector_size);
+            let (start, size) = (u32_of(p, p.start - ebr)?, u32_of(p, p.size)?);
+            write::mbr_entry(&mut sector, 0, kind, start, size, p.start);
+            if let Some(next) = logicals.get(i + 1) {
+                let next_ebr = next.ebr.ok_or(WriteError::MbrRange(next.number))?;
+                let span = u32_of(next, next.start + next.size - next_ebr)?;
+                let link = u32_of(next, next_ebr - ext.start)?;
+                write::mbr_entry(&mut sector, 1, 0x05, link, span, next_ebr);
+            }
+            out.push((ebr, sector));
+        }
+        Ok(out)
+    }
+
+    /// The sectors where a GPT header of either sector size would sit (byte
+    /// 512 or 4096, and the end of the disk), where no partition is.
+    fn stale_gpt_lbas(&self) -> Vec<u64> {
+        let ss = self.sector_size;
+        let first_used =
+            self.partitions.iter().map(|p| p.ebr.unwrap_or(p.start)).min().unwrap_or(0);
+        let head = (1..=4096 / ss).filter(|&lba| lba < first_used);
+        let tail_sectors = (4096 / ss).max(1);
+        let last_used = self.partitions.iter().map(|p| p.start + p.size).max().unwrap_or(0);
+        let tail = (self.total_sectors.saturating_sub(tail_sectors)..self.total_sectors)
+            .filter(|&lba| lba >= last_used);
+        head.chain(tail).collect()
+    }
+}
+
+fn u32_of(p: &Planned, v: u64) -> Result<u32, WriteError> {
+    u32::try_from(v).map_err(|_| WriteError::MbrRange(p.number))
 }
 
 #[cfg(test)]

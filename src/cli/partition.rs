@@ -45,7 +45,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     }
     exclusive::check_unused(&root, &target)?;
     let file = exclusive::open_for_writing(&target)?;
-    let chunks = write::encode(&plan, &Ids::random(plan.partitions.len())?)?;
+    let chunks = write::encode(&plan.table(&Ids::random(plan.partitions.len())?)?);
     let old = read_regions(&file, &chunks)
         .with_context(|| format!("reading {}", target.path.display()))?;
     if !args.wipe && old.iter().any(|bytes| bytes.iter().any(|&b| b != 0)) {

@@ -2,6 +2,7 @@
 //! Readers never panic on what they read: they return the layout and every
 //! problem seen, or an error when no usable copy of the table exists.
 
+pub mod edit;
 pub mod gpt;
 pub mod mbr;
 pub mod types;

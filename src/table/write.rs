@@ -1,10 +1,10 @@
-//! Encoding a [`Plan`] into the bytes of its table: a list of writes, in
-//! the order they must reach the disk so that a crash part-way leaves
-//! either the old table or a recoverable new one.
+//! Putting a table on a disk. [`TableBytes`] holds every byte of a table,
+//! whether the planner made it or it was read from a disk and edited;
+//! [`encode`] turns it into writes, in the order that leaves the old table
+//! or a recoverable new one when a crash stops them part-way.
 
-use crate::plan::{Label, Plan, Planned, Role, GPT_ENTRIES_BYTES};
-use crate::table::gpt::{self, Guid};
-use crate::table::{mbr, types};
+use crate::table::gpt;
+use crate::table::mbr;
 use std::io::Read;
 
 /// Bytes to put at a byte offset.
@@ -14,6 +14,112 @@ pub struct Chunk {
     pub bytes: Vec<u8>,
     /// What the bytes are, for messages and the backup sidecar.
     pub what: &'static str,
+}
+
+/// A GPT as the bytes that hold it. The entry array is kept whole, so an
+/// edit changes only the fields it means to (GUIDs, names, attributes and
+/// unknown bytes stay as they were).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GptBytes {
+    pub sector_size: u64,
+    pub disk_guid: [u8; 16],
+    pub first_usable_lba: u64,
+    pub last_usable_lba: u64,
+    pub entry_size: u32,
+    /// The entry array: entry count × entry size bytes.
+    pub entries: Vec<u8>,
+    pub primary_entries_lba: u64,
+    pub backup_header_lba: u64,
+    pub backup_entries_lba: u64,
+    /// LBA 0: the protective MBR, boot code and all.
+    pub mbr: Vec<u8>,
+}
+
+/// An MBR and its EBR chain as the sectors that hold them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MbrBytes {
+    pub sector_size: u64,
+    /// LBA 0, boot code and disk signature included.
+    pub mbr: Vec<u8>,
+    /// (LBA, sector) of each EBR, in chain order.
+    pub ebrs: Vec<(u64, Vec<u8>)>,
+    /// LBAs to zero: headers of a GPT an earlier table left behind.
+    pub wipes: Vec<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TableBytes {
+    Gpt(GptBytes),
+    Mbr(MbrBytes),
+}
+
+/// The writes that put `table` on a disk, in the order to make them (each
+/// followed by a flush).
+pub fn encode(table: &TableBytes) -> Vec<Chunk> {
+    match table {
+        TableBytes::Gpt(g) => encode_gpt(g),
+        TableBytes::Mbr(m) => encode_mbr(m),
+    }
+}
+
+/// UEFI order: the backup copy first, then the primary, then the
+/// protective MBR that makes the GPT visible.
+fn encode_gpt(g: &GptBytes) -> Vec<Chunk> {
+    let ss = g.sector_size;
+    let crc = crc32fast::hash(&g.entries);
+    let primary_lba = 1;
+    vec![
+        chunk(g.backup_entries_lba * ss, g.entries.clone(), "gpt backup entries"),
+        chunk(
+            g.backup_header_lba * ss,
+            gpt_header(g, [g.backup_header_lba, primary_lba, g.backup_entries_lba], crc),
+            "gpt backup header",
+        ),
+        chunk(g.primary_entries_lba * ss, g.entries.clone(), "gpt primary entries"),
+        chunk(
+            primary_lba * ss,
+            gpt_header(g, [primary_lba, g.backup_header_lba, g.primary_entries_lba], crc),
+            "gpt primary header",
+        ),
+        chunk(0, g.mbr.clone(), "protective mbr"),
+    ]
+}
+
+/// MBR: EBRs first (unreachable until the MBR points at them), then the
+/// MBR, then zeros over any GPT headers an earlier table left, so no tool
+/// mistakes the disk for GPT.
+fn encode_mbr(m: &MbrBytes) -> Vec<Chunk> {
+    let ss = m.sector_size;
+    let mut out: Vec<Chunk> =
+        m.ebrs.iter().map(|(lba, sector)| chunk(lba * ss, sector.clone(), "ebr")).collect();
+    out.push(chunk(0, m.mbr.clone(), "mbr"));
+    out.extend(m.wipes.iter().map(|lba| chunk(lba * ss, vec![0u8; ss as usize], "stale gpt wipe")));
+    out
+}
+
+fn chunk(offset: u64, bytes: Vec<u8>, what: &'static str) -> Chunk {
+    Chunk { offset, bytes, what }
+}
+
+/// One sector holding the 92-byte header; `lbas` = (my, alternate, entries).
+fn gpt_header(g: &GptBytes, lbas: [u64; 3], entries_crc: u32) -> Vec<u8> {
+    let count = g.entries.len().checked_div(g.entry_size as usize).unwrap_or(0);
+    let mut h = vec![0u8; g.sector_size as usize];
+    put(&mut h, 0, gpt::SIGNATURE);
+    put(&mut h, 8, &gpt::REVISION.to_le_bytes());
+    put(&mut h, 12, &gpt::HEADER_SIZE.to_le_bytes());
+    put(&mut h, 24, &lbas[0].to_le_bytes());
+    put(&mut h, 32, &lbas[1].to_le_bytes());
+    put(&mut h, 40, &g.first_usable_lba.to_le_bytes());
+    put(&mut h, 48, &g.last_usable_lba.to_le_bytes());
+    put(&mut h, 56, &g.disk_guid);
+    put(&mut h, 72, &lbas[2].to_le_bytes());
+    put(&mut h, 80, &(count as u32).to_le_bytes());
+    put(&mut h, 84, &g.entry_size.to_le_bytes());
+    put(&mut h, 88, &entries_crc.to_le_bytes());
+    let crc = gpt::header_crc_of(&h[..gpt::HEADER_SIZE as usize]);
+    put(&mut h, gpt::HEADER_CRC_AT, &crc.to_le_bytes());
+    h
 }
 
 /// The random identities a new table gets.
@@ -56,104 +162,12 @@ pub enum WriteError {
     MbrRange(u32),
     #[error("{0} partitions but only {1} GUIDs")]
     Ids(usize, usize),
-}
-
-/// Entries in the array the planner made room for.
-const ENTRY_COUNT: u32 = (GPT_ENTRIES_BYTES / gpt::ENTRY_SIZE as u64) as u32;
-const ENTRY_SIZE: usize = gpt::ENTRY_SIZE as usize;
-
-/// The writes that put `plan` on a disk, in the order to make them (each
-/// followed by a flush).
-pub fn encode(plan: &Plan, ids: &Ids) -> Result<Vec<Chunk>, WriteError> {
-    match plan.label {
-        Label::Gpt => gpt(plan, ids),
-        Label::Mbr => mbr(plan, ids),
-    }
-}
-
-/// UEFI order: the backup copy first, then the primary, then the
-/// protective MBR that makes the GPT visible.
-fn gpt(plan: &Plan, ids: &Ids) -> Result<Vec<Chunk>, WriteError> {
-    let data: Vec<&Planned> = plan.partitions.iter().collect();
-    if ids.partition_guids.len() < data.len() {
-        return Err(WriteError::Ids(data.len(), ids.partition_guids.len()));
-    }
-    let ss = plan.sector_size;
-    let entries = entry_array(&data, ids)?;
-    let array_sectors = (entries.len() as u64).div_ceil(ss);
-    let last = plan.total_sectors - 1;
-    let backup_entries = last - array_sectors;
-    let crc = crc32fast::hash(&entries);
-    let header = |my: u64, alt: u64, at: u64| gpt_header(plan, ids, [my, alt, at], crc);
-    Ok(vec![
-        chunk(backup_entries * ss, entries.clone(), "gpt backup entries"),
-        chunk(last * ss, header(last, 1, backup_entries), "gpt backup header"),
-        chunk(2 * ss, entries, "gpt primary entries"),
-        chunk(ss, header(1, last, 2), "gpt primary header"),
-        chunk(0, protective_mbr(plan), "protective mbr"),
-    ])
-}
-
-fn chunk(offset: u64, bytes: Vec<u8>, what: &'static str) -> Chunk {
-    Chunk { offset, bytes, what }
-}
-
-/// One sector holding the 92-byte header; `lbas` = (my, alternate, entries).
-fn gpt_header(plan: &Plan, ids: &Ids, lbas: [u64; 3], entries_crc: u32) -> Vec<u8> {
-    let mut h = vec![0u8; plan.sector_size as usize];
-    put(&mut h, 0, gpt::SIGNATURE);
-    put(&mut h, 8, &gpt::REVISION.to_le_bytes());
-    put(&mut h, 12, &gpt::HEADER_SIZE.to_le_bytes());
-    put(&mut h, 24, &lbas[0].to_le_bytes());
-    put(&mut h, 32, &lbas[1].to_le_bytes());
-    put(&mut h, 40, &plan.first_usable_lba.to_le_bytes());
-    put(&mut h, 48, &plan.last_usable_lba.to_le_bytes());
-    put(&mut h, 56, &ids.disk_guid);
-    put(&mut h, 72, &lbas[2].to_le_bytes());
-    put(&mut h, 80, &ENTRY_COUNT.to_le_bytes());
-    put(&mut h, 84, &gpt::ENTRY_SIZE.to_le_bytes());
-    put(&mut h, 88, &entries_crc.to_le_bytes());
-    let crc = gpt::header_crc_of(&h[..gpt::HEADER_SIZE as usize]);
-    put(&mut h, gpt::HEADER_CRC_AT, &crc.to_le_bytes());
-    h
-}
-
-/// 128 entries of 128 bytes; partition N in slot N so numbers stay stable.
-fn entry_array(parts: &[&Planned], ids: &Ids) -> Result<Vec<u8>, WriteError> {
-    let mut array = vec![0u8; ENTRY_COUNT as usize * ENTRY_SIZE];
-    for (p, guid) in parts.iter().zip(&ids.partition_guids) {
-        let slot = (p.number as usize).checked_sub(1).filter(|&s| s < ENTRY_COUNT as usize);
-        let kind = p.type_id.parse::<Guid>().ok().filter(|g| !g.is_zero());
-        let (Some(slot), Some(kind)) = (slot, kind) else {
-            return Err(WriteError::Type(p.number, p.type_id.clone()));
-        };
-        let e = slot * ENTRY_SIZE;
-        put(&mut array, e, &kind.0);
-        put(&mut array, e + 16, guid);
-        put(&mut array, e + 32, &p.start.to_le_bytes());
-        put(&mut array, e + 40, &(p.start + p.size - 1).to_le_bytes());
-        let name: Vec<u8> = p
-            .name
-            .iter()
-            .flat_map(|n| n.encode_utf16())
-            .take(36)
-            .flat_map(u16::to_le_bytes)
-            .collect();
-        put(&mut array, e + 56, &name);
-    }
-    Ok(array)
-}
-
-/// A single 0xEE entry from LBA 1 over the disk, capped at 32 bits.
-fn protective_mbr(plan: &Plan) -> Vec<u8> {
-    let mut s = boot_sector(plan.sector_size);
-    let size = (plan.total_sectors - 1).min(u64::from(u32::MAX)) as u32;
-    mbr_entry(&mut s, 0, mbr::TYPE_GPT, 1, size, 1);
-    s
+    #[error("partition {0} is not in the table's entries")]
+    NoEntry(u32),
 }
 
 /// An empty boot sector: zeros with the 0x55AA signature.
-fn boot_sector(sector_size: u64) -> Vec<u8> {
+pub fn boot_sector(sector_size: u64) -> Vec<u8> {
     let mut s = vec![0u8; sector_size as usize];
     put(&mut s, 510, &mbr::SIGNATURE.to_le_bytes());
     s
@@ -161,14 +175,22 @@ fn boot_sector(sector_size: u64) -> Vec<u8> {
 
 /// Entry `slot` of a boot record: type, start and size as stored (relative
 /// where EBRs need it), CHS from the absolute LBA `abs_start`.
-fn mbr_entry(sector: &mut [u8], slot: usize, kind: u8, start: u32, size: u32, abs_start: u64) {
+pub fn mbr_entry(sector: &mut [u8], slot: usize, kind: u8, start: u32, size: u32, abs_start: u64) {
     let e = mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE;
+    sector[e + 4] = kind;
+    put(sector, e + 12, &size.to_le_bytes());
+    set_mbr_start(sector, slot, start, abs_start);
+}
+
+/// Move entry `slot` to `start` (as stored) keeping its size, type and
+/// boot flag; the CHS fields follow the absolute LBA `abs_start`.
+pub fn set_mbr_start(sector: &mut [u8], slot: usize, start: u32, abs_start: u64) {
+    let e = mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE;
+    let size = u32::from_le_bytes([sector[e + 12], sector[e + 13], sector[e + 14], sector[e + 15]]);
     let abs_end = abs_start + u64::from(size.max(1)) - 1;
     put(sector, e + 1, &chs(abs_start));
-    sector[e + 4] = kind;
     put(sector, e + 5, &chs(abs_end));
     put(sector, e + 8, &start.to_le_bytes());
-    put(sector, e + 12, &size.to_le_bytes());
 }
 
 /// CHS in the 255-head, 63-sector geometry fdisk assumes, or the
@@ -184,79 +206,7 @@ fn chs(lba: u64) -> [u8; 3] {
     [head as u8, (sector as u8) | ((cylinder >> 2) as u8 & 0xC0), cylinder as u8]
 }
 
-/// MBR: EBRs first (unreachable until the MBR points at them), then the
-/// MBR, then zeros over any GPT headers an earlier table left, so no tool
-/// mistakes the disk for GPT.
-fn mbr(plan: &Plan, ids: &Ids) -> Result<Vec<Chunk>, WriteError> {
-    let ss = plan.sector_size;
-    let mut out = ebrs(plan)?;
-    let mut sector = boot_sector(ss);
-    put(&mut sector, 440, &ids.mbr_signature.to_le_bytes());
-    let slots = plan.partitions.iter().filter(|p| p.role != Role::Logical);
-    for p in slots {
-        let slot = (p.number as usize).checked_sub(1).filter(|&s| s < 4);
-        let kind = types::parse_mbr_code(&p.type_id);
-        let (Some(slot), Some(kind)) = (slot, kind) else {
-            return Err(WriteError::Type(p.number, p.type_id.clone()));
-        };
-        let (start, size) = (u32_of(p, p.start)?, u32_of(p, p.size)?);
-        mbr_entry(&mut sector, slot, kind, start, size, p.start);
-    }
-    out.push(chunk(0, sector, "mbr"));
-    out.extend(stale_gpt_wipes(plan));
-    Ok(out)
-}
-
-/// One EBR per logical: entry 0 the logical relative to its EBR, entry 1
-/// the next EBR relative to the extended start (empty for the last).
-fn ebrs(plan: &Plan) -> Result<Vec<Chunk>, WriteError> {
-    let Some(ext) = plan.partitions.iter().find(|p| p.role == Role::Extended) else {
-        return Ok(Vec::new());
-    };
-    let logicals: Vec<&Planned> =
-        plan.partitions.iter().filter(|p| p.role == Role::Logical).collect();
-    let mut out = Vec::new();
-    for (i, p) in logicals.iter().enumerate() {
-        let ebr = p.ebr.ok_or(WriteError::MbrRange(p.number))?;
-        let kind = types::parse_mbr_code(&p.type_id)
-            .ok_or_else(|| WriteError::Type(p.number, p.type_id.clone()))?;
-        let mut sector = boot_sector(plan.sector_size);
-        mbr_entry(&mut sector, 0, kind, u32_of(p, p.start - ebr)?, u32_of(p, p.size)?, p.start);
-        if let Some(next) = logicals.get(i + 1) {
-            let next_ebr = next.ebr.ok_or(WriteError::MbrRange(next.number))?;
-            let span = next.start + next.size - next_ebr;
-            mbr_entry(
-                &mut sector,
-                1,
-                0x05,
-                u32_of(next, next_ebr - ext.start)?,
-                u32_of(next, span)?,
-                next_ebr,
-            );
-        }
-        out.push(chunk(ebr * plan.sector_size, sector, "ebr"));
-    }
-    Ok(out)
-}
-
-/// Zero the sectors where a GPT header of either sector size would sit
-/// (byte 512 or 4096, and the end of the disk), where no partition is.
-fn stale_gpt_wipes(plan: &Plan) -> Vec<Chunk> {
-    let ss = plan.sector_size;
-    let first_used = plan.partitions.iter().map(|p| p.ebr.unwrap_or(p.start)).min().unwrap_or(0);
-    let head = (1..=4096 / ss).filter(|&lba| lba < first_used);
-    let tail_sectors = (4096 / ss).max(1);
-    let last_used = plan.partitions.iter().map(|p| p.start + p.size).max().unwrap_or(0);
-    let tail = (plan.total_sectors.saturating_sub(tail_sectors)..plan.total_sectors)
-        .filter(|&lba| lba >= last_used);
-    head.chain(tail).map(|lba| chunk(lba * ss, vec![0u8; ss as usize], "stale gpt wipe")).collect()
-}
-
-fn u32_of(p: &Planned, v: u64) -> Result<u32, WriteError> {
-    u32::try_from(v).map_err(|_| WriteError::MbrRange(p.number))
-}
-
-fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
+pub(crate) fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
     buf[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
@@ -264,7 +214,8 @@ fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
 mod tests {
     use super::*;
     use crate::align::MIB;
-    use crate::plan::{plan, Align, Disk, Request, Size};
+    use crate::plan::{plan, Align, Disk, Label, Plan, Request, Size};
+    use crate::table::gpt::Guid;
     use crate::table::{self, PartKind};
 
     fn ids(n: usize) -> Ids {
@@ -299,7 +250,7 @@ mod tests {
         };
         let p = plan(&disk, label, Align::Optimal, false, &reqs).unwrap();
         let mut img = vec![0xA5u8; (64 * MIB) as usize];
-        for c in encode(&p, &ids(p.partitions.len())).unwrap() {
+        for c in encode(&p.table(&ids(p.partitions.len())).unwrap()) {
             img[c.offset as usize..c.offset as usize + c.bytes.len()].copy_from_slice(&c.bytes);
         }
         (p, img)
@@ -333,7 +284,7 @@ mod tests {
     #[test]
     fn gpt_order_is_backup_then_primary_then_mbr() {
         let (p, _) = make(Label::Gpt, 512, &[Size::Rest]);
-        let order: Vec<&str> = encode(&p, &ids(1)).unwrap().iter().map(|c| c.what).collect();
+        let order: Vec<&str> = encode(&p.table(&ids(1)).unwrap()).iter().map(|c| c.what).collect();
         assert_eq!(
             order,
             [

@@ -1,0 +1,252 @@
+//! Editing a table that is on a disk: read the bytes that hold it, move
+//! one partition's start, and hand the result to the writer. Every byte
+//! the edit does not mean to change (boot code, GUIDs, names, attributes,
+//! flags, unknown fields) stays as it was read.
+
+use super::write::{set_mbr_start, GptBytes, MbrBytes, TableBytes};
+use super::{gpt, le_u32, le_u64, mbr, read_lba, read_sectors, Layout, PartKind, Partition};
+use super::{Label, ReadAt};
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EditError {
+    #[error("cannot read the table's sectors: {0}")]
+    Io(String),
+    #[error("the table cannot be edited safely: {0}")]
+    Unsafe(String),
+    #[error("partition {0} is not where the table says it is")]
+    Stale(u32),
+    #[error("partition {0} cannot start at LBA {1}: {2}")]
+    Range(u32, u64, &'static str),
+}
+
+fn io(e: std::io::Error) -> EditError {
+    EditError::Io(e.to_string())
+}
+
+/// The bytes of the table `layout` was read from.
+pub fn read_bytes(dev: &dyn ReadAt, layout: &Layout) -> Result<TableBytes, EditError> {
+    let ss = layout.sector_size;
+    match layout.label {
+        Label::Gpt => read_gpt(dev, layout).map(TableBytes::Gpt),
+        Label::Mbr => {
+            let ebrs = layout.mbr.as_ref().map(|m| m.ebrs.clone()).unwrap_or_default();
+            let ebrs = ebrs
+                .into_iter()
+                .map(|lba| Ok((lba, read_lba(dev, lba, ss).map_err(io)?)))
+                .collect::<Result<_, EditError>>()?;
+            let mbr = read_lba(dev, 0, ss).map_err(io)?;
+            Ok(TableBytes::Mbr(MbrBytes { sector_size: ss, mbr, ebrs, wipes: Vec::new() }))
+        }
+        Label::None => Err(EditError::Unsafe("there is no partition table".into())),
+    }
+}
+
+/// Both headers must be sound: an edit rewrites both copies from the primary.
+fn read_gpt(dev: &dyn ReadAt, layout: &Layout) -> Result<GptBytes, EditError> {
+    let ss = layout.sector_size;
+    let info = layout.gpt.as_ref().ok_or_else(|| EditError::Unsafe("no GPT header".into()))?;
+    if info.used_backup || info.header_lba != 1 {
+        return Err(EditError::Unsafe("the primary GPT is damaged; repair it first".into()));
+    }
+    let header = |lba: u64| -> Result<gpt::Header, EditError> {
+        let sector = read_lba(dev, lba, ss).map_err(io)?;
+        gpt::Header::parse(&sector).map_err(|e| EditError::Unsafe(format!("LBA {lba}: {e}")))
+    };
+    let primary = header(1)?;
+    let backup = header(primary.alternate_lba)?;
+    let bytes = primary.entries_bytes();
+    if bytes == 0 || bytes % ss != 0 || bytes > gpt::MAX_ENTRIES_BYTES {
+        return Err(EditError::Unsafe(format!("an entry array of {bytes} bytes")));
+    }
+    let entries = read_sectors(dev, primary.entries_lba, bytes / ss, ss).map_err(io)?;
+    Ok(GptBytes {
+        sector_size: ss,
+        disk_guid: primary.disk_guid.0,
+        first_usable_lba: primary.first_usable_lba,
+        last_usable_lba: primary.last_usable_lba,
+        entry_size: primary.entry_size,
+        entries,
+        primary_entries_lba: primary.entries_lba,
+        backup_header_lba: primary.alternate_lba,
+        backup_entries_lba: backup.entries_lba,
+        mbr: read_lba(dev, 0, ss).map_err(io)?,
+    })
+}
+
+impl TableBytes {
+    /// Move `p` (as read from this table) to start at `new_start`, keeping
+    /// its size and everything else in its entry.
+    pub fn move_start(&mut self, p: &Partition, new_start: u64) -> Result<(), EditError> {
+        let end = new_start.checked_add(p.size).filter(|_| p.size > 0);
+        let end = end.ok_or(EditError::Range(p.number, new_start, "its end overflows"))?;
+        match (self, p.kind) {
+            (TableBytes::Gpt(g), PartKind::Gpt) => move_gpt(g, p, new_start, end - 1),
+            (TableBytes::Mbr(m), PartKind::Primary) => move_primary(m, p, new_start),
+            (TableBytes::Mbr(m), PartKind::Logical) => move_logical(m, p, new_start),
+            _ => Err(EditError::Unsafe(format!("partition {} cannot be moved", p.number))),
+        }
+    }
+}
+
+fn move_gpt(g: &mut GptBytes, p: &Partition, first: u64, last: u64) -> Result<(), EditError> {
+    let size = g.entry_size as usize;
+    let at = (p.number as usize).checked_sub(1).and_then(|slot| slot.checked_mul(size));
+    let entry = at.and_then(|at| g.entries.get_mut(at..at.checked_add(size)?));
+    let entry = entry.filter(|e| e.len() >= 48).ok_or(EditError::Stale(p.number))?;
+    if le_u64(entry, 32) != Some(p.start) {
+        return Err(EditError::Stale(p.number));
+    }
+    if first < g.first_usable_lba || last > g.last_usable_lba {
+        return Err(EditError::Range(p.number, first, "outside the GPT's usable area"));
+    }
+    entry[32..40].copy_from_slice(&first.to_le_bytes());
+    entry[40..48].copy_from_slice(&last.to_le_bytes());
+    Ok(())
+}
+
+fn move_primary(m: &mut MbrBytes, p: &Partition, new_start: u64) -> Result<(), EditError> {
+    let slot = (p.number as usize).checked_sub(1).filter(|&s| s < 4);
+    let slot = slot.ok_or(EditError::Stale(p.number))?;
+    if entry_start(&m.mbr, slot) != Some(p.start) {
+        return Err(EditError::Stale(p.number));
+    }
+    let stored = mbr_u32(p, new_start.checked_add(p.size).map(|_| new_start))?;
+    set_mbr_start(&mut m.mbr, slot, stored, new_start);
+    Ok(())
+}
+
+/// A logical's start is stored relative to its EBR, which stays put; the
+/// link in the EBR before it spans from that EBR to the logical's end, so
+/// it follows when it did before.
+fn move_logical(m: &mut MbrBytes, p: &Partition, new_start: u64) -> Result<(), EditError> {
+    let ebr_lba = p.ebr.ok_or(EditError::Stale(p.number))?;
+    let index = m.ebrs.iter().position(|(lba, _)| *lba == ebr_lba);
+    let index = index.ok_or(EditError::Stale(p.number))?;
+    let relative = new_start.checked_sub(ebr_lba).filter(|&r| r > 0);
+    let relative = relative.ok_or(EditError::Range(p.number, new_start, "it must follow its EBR"))?;
+    let stored = mbr_u32(p, Some(relative))?;
+    let sector = &mut m.ebrs[index].1;
+    let slot = (0..4).find(|&s| {
+        let e = entry(sector, s);
+        e.is_some_and(|e| !e.is_empty() && !e.is_extended())
+            && entry_start(sector, s).and_then(|r| r.checked_add(ebr_lba)) == Some(p.start)
+    });
+    let slot = slot.ok_or(EditError::Stale(p.number))?;
+    set_mbr_start(sector, slot, stored, new_start);
+    if let Some(previous) = index.checked_sub(1) {
+        relink(&mut m.ebrs[previous].1, p, ebr_lba, new_start)?;
+    }
+    Ok(())
+}
+
+/// Resize the link entry pointing at the EBR at `ebr_lba` so it spans to
+/// the logical's new end, when it spanned to the old one.
+fn relink(sector: &mut [u8], p: &Partition, ebr_lba: u64, new_start: u64) -> Result<(), EditError> {
+    let old_span = p.start.checked_add(p.size).and_then(|e| e.checked_sub(ebr_lba));
+    let new_span = new_start.checked_add(p.size).and_then(|e| e.checked_sub(ebr_lba));
+    let new_span = mbr_u32(p, new_span)?;
+    for slot in 0..4 {
+        let Some(e) = entry(sector, slot).filter(|e| e.is_extended()) else { continue };
+        if Some(u64::from(e.sectors)) == old_span {
+            let at = mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE + 12;
+            sector[at..at + 4].copy_from_slice(&new_span.to_le_bytes());
+        }
+    }
+    Ok(())
+}
+
+fn entry(sector: &[u8], slot: usize) -> Option<mbr::Entry> {
+    mbr::Entry::parse(sector.get(mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE..)?)
+}
+
+fn entry_start(sector: &[u8], slot: usize) -> Option<u64> {
+    le_u32(sector, mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE + 8).map(u64::from)
+}
+
+fn mbr_u32(p: &Partition, v: Option<u64>) -> Result<u32, EditError> {
+    let v = v.and_then(|v| u32::try_from(v).ok());
+    v.ok_or(EditError::Range(p.number, p.start, "beyond what an MBR can address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::fixtures::{gpt_image, mbr_entry, mbr_extended};
+    use crate::table::{read, write::encode};
+
+    fn apply(img: &mut [u8], table: &TableBytes) {
+        for c in encode(table) {
+            img[c.offset as usize..c.offset as usize + c.bytes.len()].copy_from_slice(&c.bytes);
+        }
+    }
+
+    fn moved(mut img: Vec<u8>, ss: u64, number: u32, to: u64) -> (Vec<u8>, Layout) {
+        let before = read(&img, ss, img.len() as u64).unwrap();
+        let p = before.partitions.iter().find(|p| p.number == number).unwrap().clone();
+        let mut table = read_bytes(&img, &before).unwrap();
+        table.move_start(&p, to).unwrap();
+        apply(&mut img, &table);
+        let after = read(&img, ss, img.len() as u64).unwrap();
+        assert!(after.problems.is_empty(), "{:?}", after.problems);
+        (img, after)
+    }
+
+    #[test]
+    fn gpt_move_keeps_every_other_byte_of_the_entry() {
+        for ss in [512, 4096] {
+            let img = gpt_image(ss, 4096, 128, &[(40, 99, "root"), (200, 299, "b")]);
+            let (out, after) = moved(img.clone(), ss, 1, 48);
+            let p = &after.partitions[0];
+            assert_eq!((p.start, p.size, p.name.as_deref()), (48, 60, Some("root")));
+            let e = (2 * ss) as usize;
+            assert_eq!(out[e..e + 32], img[e..e + 32], "type and unique GUIDs kept");
+            assert_eq!(out[e + 48..e + 128], img[e + 48..e + 128], "attributes and name kept");
+            assert_eq!(out[..ss as usize], img[..ss as usize], "protective MBR kept");
+            assert_eq!(after.gpt, read(&img, ss, img.len() as u64).unwrap().gpt);
+        }
+    }
+
+    #[test]
+    fn mbr_primary_move_keeps_boot_code_and_flags() {
+        let mut img = vec![0u8; 4096 * 512];
+        mbr_entry(&mut img, 0, 0, 0x83, 63, 2000);
+        img[..440].fill(0xB0);
+        img[446] = 0x80;
+        let (out, after) = moved(img.clone(), 512, 1, 64);
+        assert_eq!((after.partitions[0].start, after.partitions[0].size), (64, 2000));
+        assert_eq!(out[..446], img[..446]);
+        assert_eq!(out[446], 0x80);
+        assert_eq!(out[512..], img[512..]);
+    }
+
+    #[test]
+    fn logical_move_relinks_the_previous_ebr() {
+        let (img, _) = moved(mbr_extended(), 512, 7, 200);
+        assert_eq!(entry(&img[128 * 512..], 1).unwrap().sectors, 64, "a link of its own size stays");
+        let mut fdisk_style = mbr_extended();
+        mbr_entry(&mut fdisk_style, 128 * 512, 1, 0x05, 128, 101);
+        let (img, after) = moved(fdisk_style, 512, 7, 200);
+        let got: Vec<_> = after.partitions.iter().map(|p| (p.number, p.start, p.size)).collect();
+        assert_eq!(got, [(1, 1, 63), (2, 64, 256), (5, 65, 63), (6, 129, 63), (7, 200, 100)]);
+        let link = entry(&img[128 * 512..129 * 512], 1).unwrap();
+        assert_eq!((link.start_lba, link.sectors), (128, 108), "spans EBR 192 to the new end");
+    }
+
+    #[test]
+    fn stale_or_impossible_moves_are_refused() {
+        let img = mbr_extended();
+        let layout = read(&img, 512, img.len() as u64).unwrap();
+        let mut table = read_bytes(&img, &layout).unwrap();
+        let mut p = layout.partitions[2].clone();
+        assert!(matches!(table.move_start(&p, 64), Err(EditError::Range(5, 64, _))));
+        p.start = 70;
+        assert_eq!(table.move_start(&p, 72), Err(EditError::Stale(5)));
+        let ext = layout.partitions[1].clone();
+        assert!(matches!(table.move_start(&ext, 72), Err(EditError::Unsafe(_))));
+        let gpt = gpt_image(512, 256, 128, &[(40, 99, "a")]);
+        let layout = read(&gpt, 512, gpt.len() as u64).unwrap();
+        let mut table = read_bytes(&gpt, &layout).unwrap();
+        let err = table.move_start(&layout.partitions[0], 250).unwrap_err();
+        assert!(matches!(err, EditError::Range(1, 250, _)), "{err}");
+    }
+}
