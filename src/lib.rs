@@ -13,6 +13,8 @@ pub mod device;
 pub mod emulate;
 pub mod plan;
 pub mod probe;
+pub mod realign;
 pub mod report;
+pub mod stack;
 pub mod table;
 pub mod units;

@@ -1,0 +1,372 @@
+//! The journal of a move: a file outside the target that says how far the
+//! move got, and holds the bytes that would otherwise exist nowhere while
+//! a chunk whose source the destination overlaps is in flight.
+//!
+//! Layout (4 KiB units):
+//! - header slots 0 and 1, written alternately (each with a sequence number
+//!   and a CRC), so a torn header write leaves the previous one;
+//! - the move record (JSON), written once at creation;
+//! - the checksum table: a CRC32 per chunk, taken while reading the source,
+//!   appended as the copy goes and covered by the header's CRC;
+//! - save areas 0 and 1, alternating by chunk index, so the save of chunk
+//!   k never overwrites the only copy of chunk k-1.
+
+use super::Move;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+const MAGIC: &[u8; 8] = b"BLKALNJ1";
+const SLOT: u64 = 4096;
+const RECORD_AT: u64 = 2 * SLOT;
+const HEADER_LEN: usize = 96;
+
+/// How far a move has come; each phase is complete only once recorded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    /// Chunks before the cursor are at their destination and flushed.
+    Copying,
+    /// Every chunk reread from the destination matched its checksum.
+    Verified,
+    /// The contents fixups and the new table are on the disk, flushed.
+    TableWritten,
+    Done,
+}
+
+impl Phase {
+    fn code(self) -> u32 {
+        match self {
+            Phase::Copying => 1,
+            Phase::Verified => 2,
+            Phase::TableWritten => 3,
+            Phase::Done => 4,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<Phase> {
+        [Phase::Copying, Phase::Verified, Phase::TableWritten, Phase::Done]
+            .into_iter()
+            .find(|p| p.code() == code)
+    }
+}
+
+/// A chunk's source bytes saved in the journal, and their CRC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Saved {
+    pub chunk: u64,
+    pub len: u64,
+    pub crc: u32,
+}
+
+/// What one header records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct State {
+    pub sequence: u64,
+    pub phase: Phase,
+    /// Chunks (in copy order) that are done and flushed.
+    pub cursor: u64,
+    pub saved: Option<Saved>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("journal {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("journal {}: {why}", path.display())]
+    Corrupt { path: PathBuf, why: String },
+}
+
+/// An open journal and the state it last recorded.
+pub struct Journal {
+    file: File,
+    path: PathBuf,
+    pub record: Move,
+    pub state: State,
+    /// CRC32 of each chunk's bytes, for the chunks before the cursor.
+    pub checksums: Vec<u32>,
+    table_at: u64,
+    save_at: u64,
+    record_len: u64,
+    record_crc: u32,
+}
+
+fn layout(record_len: u64, chunks: u64) -> (u64, u64) {
+    let table_at = RECORD_AT + record_len.div_ceil(SLOT) * SLOT;
+    let save_at = table_at + (chunks * 4).div_ceil(SLOT) * SLOT;
+    (table_at, save_at)
+}
+
+impl Journal {
+    /// Make a new journal at `path` (which must not exist) for `record`,
+    /// flushed with its directory before the target is touched.
+    pub fn create(path: &Path, record: Move) -> Result<Journal, JournalError> {
+        let err = |source| JournalError::Io { path: path.to_path_buf(), source };
+        let json = serde_json::to_vec(&record).map_err(|e| err(e.into()))?;
+        let file = create_private(path).map_err(err)?;
+        let (table_at, save_at) = layout(json.len() as u64, record.chunks());
+        file.write_all_at(&json, RECORD_AT).map_err(err)?;
+        let state = State { sequence: 0, phase: Phase::Copying, cursor: 0, saved: None };
+        let mut journal = Journal {
+            file,
+            path: path.to_path_buf(),
+            record,
+            state,
+            checksums: Vec::new(),
+            table_at,
+            save_at,
+            record_len: json.len() as u64,
+            record_crc: crc32fast::hash(&json),
+        };
+        journal.write_header(state, &[])?;
+        journal.write_header(State { sequence: 1, ..state }, &[])?;
+        journal.state.sequence = 1;
+        journal.file.sync_all().map_err(err)?;
+        sync_dir(path).map_err(err)?;
+        Ok(journal)
+    }
+
+    /// Open an existing journal, taking the newest header whose CRCs hold.
+    pub fn open(path: &Path) -> Result<Journal, JournalError> {
+        let file = File::options().read(true).write(true).open(path);
+        let file = file.map_err(|source| JournalError::Io { path: path.to_path_buf(), source })?;
+        let headers = [0, 1].map(|slot| read_header(&file, slot));
+        let corrupt = |why: String| JournalError::Corrupt { path: path.to_path_buf(), why };
+        let mut candidates: Vec<Header> = headers.into_iter().flatten().collect();
+        candidates.sort_by_key(|h| std::cmp::Reverse(h.state.sequence));
+        let mut last_error = "no header carries the journal's signature".to_string();
+        for header in candidates {
+            match Journal::with_header(&file, path, header) {
+                Ok(journal) => return Ok(journal),
+                Err(why) => last_error = why,
+            }
+        }
+        Err(corrupt(last_error))
+    }
+
+    fn with_header(file: &File, path: &Path, h: Header) -> Result<Journal, String> {
+        let len = usize::try_from(h.record_len).ok().filter(|&n| n <= 64 << 20);
+        let mut json = vec![0u8; len.ok_or("the move record is too large")?];
+        file.read_exact_at(&mut json, RECORD_AT).map_err(|e| e.to_string())?;
+        if crc32fast::hash(&json) != h.record_crc {
+            return Err("the move record's CRC does not match".into());
+        }
+        let record: Move = serde_json::from_slice(&json).map_err(|e| e.to_string())?;
+        let chunks = record.chunks();
+        if h.state.cursor > chunks {
+            return Err(format!("cursor {} past the last of {chunks} chunks", h.state.cursor));
+        }
+        let (table_at, save_at) = layout(h.record_len, chunks);
+        let mut raw = vec![0u8; usize::try_from(h.state.cursor * 4).map_err(|e| e.to_string())?];
+        file.read_exact_at(&mut raw, table_at).map_err(|e| e.to_string())?;
+        if crc32fast::hash(&raw) != h.table_crc {
+            return Err("the checksum table's CRC does not match".into());
+        }
+        let checksums =
+            raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let file = file.try_clone().map_err(|e| e.to_string())?;
+        let path = path.to_path_buf();
+        let (record_len, record_crc) = (h.record_len, h.record_crc);
+        Ok(Journal {
+            file,
+            path,
+            record,
+            state: h.state,
+            checksums,
+            table_at,
+            save_at,
+            record_len,
+            record_crc,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Record `phase` and `cursor` (and a saved chunk), after appending the
+    /// checksums of newly finished chunks; durable when this returns.
+    pub fn commit(
+        &mut self,
+        phase: Phase,
+        cursor: u64,
+        saved: Option<Saved>,
+    ) -> Result<(), JournalError> {
+        let err = |source| JournalError::Io { path: self.path.clone(), source };
+        let cursor_len = usize::try_from(cursor).unwrap_or(usize::MAX).min(self.checksums.len());
+        let bytes: Vec<u8> =
+            self.checksums[..cursor_len].iter().flat_map(|c| c.to_le_bytes()).collect();
+        self.file.write_all_at(&bytes, self.table_at).map_err(err)?;
+        let next =
+            State { sequence: self.state.sequence + 1, phase, cursor: cursor_len as u64, saved };
+        self.write_header(next, &bytes)?;
+        self.file.sync_data().map_err(err)?;
+        self.state = next;
+        Ok(())
+    }
+
+    /// Put chunk `chunk`'s source bytes in its save area (not yet durable:
+    /// the commit that names them flushes them).
+    pub fn save(&mut self, chunk: u64, bytes: &[u8]) -> Result<Saved, JournalError> {
+        let at = self.save_area(chunk);
+        self.file
+            .write_all_at(bytes, at)
+            .map_err(|source| JournalError::Io { path: self.path.clone(), source })?;
+        Ok(Saved { chunk, len: bytes.len() as u64, crc: crc32fast::hash(bytes) })
+    }
+
+    /// The saved bytes of `chunk`, if the last commit saved that chunk and
+    /// they are intact.
+    pub fn saved(&self, chunk: u64) -> Result<Option<Vec<u8>>, JournalError> {
+        let Some(s) = self.state.saved.filter(|s| s.chunk == chunk) else { return Ok(None) };
+        let len = usize::try_from(s.len).ok().filter(|&n| n as u64 <= self.record.chunk_bytes);
+        let Some(len) = len else { return Ok(None) };
+        let mut buf = vec![0u8; len];
+        self.file
+            .read_exact_at(&mut buf, self.save_area(chunk))
+            .map_err(|source| JournalError::Io { path: self.path.clone(), source })?;
+        Ok((crc32fast::hash(&buf) == s.crc).then_some(buf))
+    }
+
+    fn save_area(&self, chunk: u64) -> u64 {
+        self.save_at + (chunk % 2) * self.record.chunk_bytes
+    }
+
+    /// Into the slot the previous header is not in; `table` is the
+    /// checksum table as the header vouches for it.
+    fn write_header(&self, s: State, table: &[u8]) -> Result<(), JournalError> {
+        let (record_len, record_crc) = (self.record_len, self.record_crc);
+        let h = Header { state: s, record_len, record_crc, table_crc: crc32fast::hash(table) };
+        let at = (s.sequence % 2) * SLOT;
+        self.file
+            .write_all_at(&h.encode(), at)
+            .map_err(|source| JournalError::Io { path: self.path.clone(), source })
+    }
+}
+
+struct Header {
+    state: State,
+    record_len: u64,
+    record_crc: u32,
+    table_crc: u32,
+}
+
+impl Header {
+    fn encode(&self) -> Vec<u8> {
+        let s = &self.state;
+        let saved = s.saved.unwrap_or(Saved { chunk: u64::MAX, len: 0, crc: 0 });
+        let mut h = Vec::with_capacity(HEADER_LEN);
+        h.extend_from_slice(MAGIC);
+        h.extend_from_slice(&s.sequence.to_le_bytes());
+        h.extend_from_slice(&s.phase.code().to_le_bytes());
+        h.extend_from_slice(&u32::from(s.saved.is_some()).to_le_bytes());
+        h.extend_from_slice(&s.cursor.to_le_bytes());
+        h.extend_from_slice(&saved.chunk.to_le_bytes());
+        h.extend_from_slice(&saved.len.to_le_bytes());
+        h.extend_from_slice(&saved.crc.to_le_bytes());
+        h.extend_from_slice(&self.record_crc.to_le_bytes());
+        h.extend_from_slice(&self.record_len.to_le_bytes());
+        h.extend_from_slice(&self.table_crc.to_le_bytes());
+        h.resize(HEADER_LEN - 4, 0);
+        let crc = crc32fast::hash(&h);
+        h.extend_from_slice(&crc.to_le_bytes());
+        h
+    }
+
+    fn decode(h: &[u8]) -> Option<Header> {
+        use crate::table::{le_u32, le_u64};
+        if h.get(..8)? != MAGIC || le_u32(h, HEADER_LEN - 4)? != crc32fast::hash(h.get(..92)?) {
+            return None;
+        }
+        let saved = (le_u32(h, 20)? == 1).then(|| {
+            Some(Saved { chunk: le_u64(h, 32)?, len: le_u64(h, 40)?, crc: le_u32(h, 48)? })
+        });
+        Some(Header {
+            state: State {
+                sequence: le_u64(h, 8)?,
+                phase: Phase::from_code(le_u32(h, 16)?)?,
+                cursor: le_u64(h, 24)?,
+                saved: saved.flatten(),
+            },
+            record_crc: le_u32(h, 52)?,
+            record_len: le_u64(h, 56)?,
+            table_crc: le_u32(h, 64)?,
+        })
+    }
+}
+
+fn read_header(file: &File, slot: u64) -> Option<Header> {
+    let mut buf = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut buf, slot * SLOT).ok()?;
+    Header::decode(&buf)
+}
+
+/// A new file readable by its owner only (it may hold user data).
+fn create_private(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options().read(true).write(true).create_new(true).mode(0o600).open(path)
+}
+
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::realign::tests::sample_move;
+
+    #[test]
+    fn headers_alternate_and_a_torn_one_falls_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let mut j = Journal::create(&path, sample_move()).unwrap();
+        j.checksums = vec![11, 22, 33];
+        j.commit(Phase::Copying, 2, None).unwrap();
+        let saved = j.save(2, &[7u8; 512]).unwrap();
+        j.commit(Phase::Copying, 2, Some(saved)).unwrap();
+        let back = Journal::open(&path).unwrap();
+        assert_eq!(back.state, j.state);
+        assert_eq!(back.checksums, [11, 22]);
+        assert_eq!(back.saved(2).unwrap(), Some(vec![7u8; 512]));
+        assert_eq!(back.saved(3).unwrap(), None);
+        // Tear the newest header: the one before it (no saved chunk) stands.
+        let f = File::options().write(true).open(&path).unwrap();
+        f.write_all_at(&[0xFF; 8], (j.state.sequence % 2) * SLOT + 24).unwrap();
+        let older = Journal::open(&path).unwrap();
+        assert_eq!((older.state.cursor, older.state.saved), (2, None));
+        assert_eq!(older.state.sequence, j.state.sequence - 1);
+    }
+
+    #[test]
+    fn a_save_area_torn_under_its_header_is_not_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let mut j = Journal::create(&path, sample_move()).unwrap();
+        let saved = j.save(1, &[9u8; 1024]).unwrap();
+        j.commit(Phase::Copying, 0, Some(saved)).unwrap();
+        let f = File::options().write(true).open(&path).unwrap();
+        f.write_all_at(&[0u8; 4], j.save_area(1) + 100).unwrap();
+        assert_eq!(Journal::open(&path).unwrap().saved(1).unwrap(), None);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        std::fs::write(&path, vec![0xA5u8; 20000]).unwrap();
+        assert!(matches!(Journal::open(&path), Err(JournalError::Corrupt { .. })));
+        let mut j = Journal::create(&dir.path().join("k"), sample_move()).unwrap();
+        j.checksums = vec![1];
+        j.commit(Phase::Verified, 1, None).unwrap();
+        let f = File::options().write(true).open(j.path()).unwrap();
+        f.write_all_at(b"{", RECORD_AT + 3).unwrap();
+        let err = Journal::open(j.path()).err().unwrap().to_string();
+        assert!(err.contains("record"), "{err}");
+        assert!(Journal::create(j.path(), sample_move()).is_err(), "never overwrites");
+    }
+}

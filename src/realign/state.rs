@@ -1,0 +1,113 @@
+//! Records of unfinished moves, kept apart from the journals so that
+//! `audit` and a later `realign` find a move whatever the target is called
+//! by then: a record names its journal, and the journal's identity decides
+//! whether it applies to a disk.
+
+use super::journal::{Journal, Phase};
+use super::{Identity, Move};
+use crate::table::ReadAt;
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Where records live: $BLKALIGN_STATE_DIR, else /var/lib/blkalign/realign.
+pub fn dir() -> PathBuf {
+    std::env::var_os("BLKALIGN_STATE_DIR")
+        .map_or_else(|| PathBuf::from("/var/lib/blkalign/realign"), PathBuf::from)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub journal: PathBuf,
+    /// The target as named when the move began (information only).
+    pub target: PathBuf,
+    pub partition: u32,
+}
+
+/// The record file for a journal: one per journal, named by a hash of its
+/// absolute path.
+fn record_path(journal: &Path) -> PathBuf {
+    let key = crc32fast::hash(journal.as_os_str().as_encoded_bytes());
+    dir().join(format!("{key:08x}.json"))
+}
+
+/// Note that the move in `journal` (an absolute path) is under way.
+pub fn add(journal: &Path, m: &Move) -> std::io::Result<()> {
+    fs::create_dir_all(dir())?;
+    let record = Record { journal: journal.to_path_buf(), target: m.target.clone(), partition: m.partition };
+    let path = record_path(journal);
+    let tmp = path.with_extension("tmp");
+    let mut f = fs::File::create(&tmp)?;
+    f.write_all(&serde_json::to_vec_pretty(&record)?)?;
+    f.sync_all()?;
+    fs::rename(&tmp, &path)?;
+    fs::File::open(dir())?.sync_all()
+}
+
+/// Forget the record of a finished move.
+pub fn remove(journal: &Path) -> std::io::Result<()> {
+    match fs::remove_file(record_path(journal)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Every record whose journal exists and is not done.
+pub fn unfinished() -> Vec<(Record, Journal)> {
+    let Ok(entries) = fs::read_dir(dir()) else { return Vec::new() };
+    let mut out: Vec<(Record, Journal)> = entries
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| serde_json::from_slice::<Record>(&fs::read(e.path()).ok()?).ok())
+        .filter_map(|r| {
+            let j = Journal::open(&r.journal).ok()?;
+            (j.state.phase != Phase::Done).then_some((r, j))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.journal.cmp(&b.0.journal));
+    out
+}
+
+/// Whether the move in `m` was made on this disk: same size (and serial
+/// and WWN where both sides know them), and each table region it writes
+/// still holds the old or the new bytes.
+pub fn applies(m: &Move, dev: &dyn ReadAt, id: &Identity) -> bool {
+    let same = |a: &Option<String>, b: &Option<String>| a.is_none() || b.is_none() || a == b;
+    if m.identity.size_bytes != id.size_bytes
+        || !same(&m.identity.serial, &id.serial)
+        || !same(&m.identity.wwid, &id.wwid)
+    {
+        return false;
+    }
+    let inside = m.new_start * m.sector_size..(m.new_start + m.sectors) * m.sector_size;
+    m.writes.iter().filter(|w| !inside.contains(&w.offset)).all(|w| {
+        let mut now = vec![0u8; w.old.len()];
+        dev.read_exact_at(&mut now, w.offset).is_ok() && (now == w.old || now == w.new)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::realign::tests::sample_move;
+
+    #[test]
+    fn a_move_applies_to_its_disk_only() {
+        let m = sample_move();
+        let id = m.identity.clone();
+        let mut disk = vec![0u8; 4096];
+        disk[1] = 0xAB;
+        assert!(applies(&m, &disk, &id), "old bytes");
+        disk[..2].copy_from_slice(&[1, 2]);
+        assert!(applies(&m, &disk, &id), "new bytes");
+        disk[0] = 7;
+        assert!(!applies(&m, &disk, &id), "neither");
+        disk[..2].copy_from_slice(&[1, 2]);
+        let other = Identity { size_bytes: 1, ..id.clone() };
+        assert!(!applies(&m, &disk, &other));
+        let serial = Identity { serial: Some("B".into()), ..id.clone() };
+        let m2 = Move { identity: Identity { serial: Some("A".into()), ..id }, ..m };
+        assert!(!applies(&m2, &disk, &serial));
+    }
+}
