@@ -8,6 +8,7 @@ mod emulate;
 mod partition;
 mod plan;
 mod probe;
+mod realign;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -49,6 +50,9 @@ enum Command {
     Bench(bench::Args),
     /// Measure the physical sector size and alignment offset of a drive.
     Probe(probe::Args),
+    /// Move misaligned partitions to aligned starts in place, crash-safe and
+    /// resumable (prints the plan unless --yes).
+    Realign(realign::Args),
 }
 
 /// How to judge a target's geometry, shared by the commands that do.
@@ -107,6 +111,7 @@ pub fn main() -> ExitCode {
         Command::Emulate(cmd) => emulate::run(cmd),
         Command::Bench(args) => bench::run(args, cli.sysfs_root),
         Command::Probe(args) => probe::run(args, cli.sysfs_root),
+        Command::Realign(args) => realign::run(args, cli.sysfs_root),
     };
     match result {
         Ok(code) => ExitCode::from(code),

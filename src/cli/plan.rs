@@ -107,7 +107,7 @@ fn requests(args: &Args) -> anyhow::Result<(Option<Label>, Vec<Request>)> {
     plan::parse_script(&text).map_err(anyhow::Error::msg)
 }
 
-fn parse_align(text: &str) -> anyhow::Result<Align> {
+pub fn parse_align(text: &str) -> anyhow::Result<Align> {
     match text {
         "optimal" => Ok(Align::Optimal),
         "minimal" => Ok(Align::Minimal),

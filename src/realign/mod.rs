@@ -10,8 +10,10 @@
 //! → mark the journal done.
 
 pub mod copy;
+pub mod guard;
 pub mod journal;
 pub mod place;
+pub mod prepare;
 pub mod state;
 
 use serde::{Deserialize, Serialize};

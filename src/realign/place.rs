@@ -30,7 +30,7 @@ pub struct Placement {
     pub note: Option<String>,
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlaceError {
     #[error("there is no partition {0} in the table")]
     NotFound(u32),

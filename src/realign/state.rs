@@ -11,10 +11,19 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-/// Where records live: $BLKALIGN_STATE_DIR, else /var/lib/blkalign/realign.
+/// $BLKALIGN_STATE_DIR, else /var/lib/blkalign.
+fn base() -> PathBuf {
+    std::env::var_os("BLKALIGN_STATE_DIR").map_or_else(|| "/var/lib/blkalign".into(), PathBuf::from)
+}
+
+/// Where records live.
 pub fn dir() -> PathBuf {
-    std::env::var_os("BLKALIGN_STATE_DIR")
-        .map_or_else(|| PathBuf::from("/var/lib/blkalign/realign"), PathBuf::from)
+    base().join("realign")
+}
+
+/// Where journals of block devices go unless --journal says otherwise.
+pub fn journal_dir() -> PathBuf {
+    base().join("journals")
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -67,6 +76,11 @@ pub fn unfinished() -> Vec<(Record, Journal)> {
         .collect();
     out.sort_by(|a, b| a.0.journal.cmp(&b.0.journal));
     out
+}
+
+/// The unfinished move that applies to this disk, if any.
+pub fn unfinished_on(dev: &dyn ReadAt, id: &Identity) -> Option<(Record, Journal)> {
+    unfinished().into_iter().find(|(_, j)| applies(&j.record, dev, id))
 }
 
 /// Whether the move in `m` was made on this disk: same size (and serial

@@ -1,0 +1,659 @@
+//! `blkalign realign`: move misaligned partitions to aligned starts in
+//! place. A dry run unless --yes; rerun after any interruption to finish.
+
+use super::{plan::parse_align, GeometryArgs, EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
+use anyhow::{bail, Context};
+use blkalign::align::{Class, Geometry};
+use blkalign::bench::io::{open_direct, Mode};
+use blkalign::device::exclusive::{self, KernelPart};
+use blkalign::device::{self, SysRoot, Target, TargetKind, Topology};
+use blkalign::realign::copy::{self, MoveError};
+use blkalign::realign::journal::{Journal, Phase};
+use blkalign::realign::place::{self, PlaceError, Placement, Request};
+use blkalign::realign::prepare::{prepare, Prepared};
+use blkalign::realign::{guard, state, Identity, Move};
+use blkalign::report::human_size;
+use blkalign::table::{self, Layout, PartKind};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::fs::File;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The whole disk (/dev/sda) or disk-image file holding the partitions.
+    #[arg(required_unless_present = "status")]
+    target: Option<PathBuf>,
+
+    /// Partitions to move, numbered as `audit` numbers them. Default: every
+    /// misaligned partition.
+    partitions: Vec<u32>,
+
+    /// Move the one named partition to this LBA (it must be physically aligned).
+    #[arg(long, value_name = "LBA")]
+    to: Option<u64>,
+
+    /// Destination grain: optimal (1 MiB, optimal I/O and physical sector,
+    /// falling back to the physical sector when there is no room), minimal
+    /// (the physical sector) or a size.
+    #[arg(long, default_value = "optimal", value_name = "optimal|minimal|SIZE")]
+    align: String,
+
+    /// The journal file: outside the target, on persistent storage [default:
+    /// IMAGE.blkalign-pN.journal beside an image; /var/lib/blkalign/journals/
+    /// for a block device].
+    #[arg(long, value_name = "FILE")]
+    journal: Option<PathBuf>,
+
+    /// Move. Without it, only the plan is printed.
+    #[arg(long)]
+    yes: bool,
+
+    /// Overwrite non-zero bytes before the first partition, or move
+    /// sectors a boot loader records (reinstall it afterwards).
+    #[arg(long)]
+    force: bool,
+
+    /// Print the plan or the result as JSON.
+    #[arg(long)]
+    json: bool,
+
+    /// Say where the move recorded in this journal stands, and exit.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["target", "yes"])]
+    status: Option<PathBuf>,
+
+    #[command(flatten)]
+    geometry: GeometryArgs,
+}
+
+pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+    if let Some(journal) = &args.status {
+        return status(journal, args.json);
+    }
+    if args.to.is_some() && args.partitions.len() != 1 {
+        bail!("--to needs exactly one partition number");
+    }
+    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
+    let path = args.target.as_deref().context("name the disk or image")?;
+    let disk = Disk::open(root, path, &args)?;
+    if let Some(journal) = disk.unfinished(args.journal.as_deref())? {
+        let n = journal.record.partition;
+        if !args.partitions.is_empty() && !args.partitions.contains(&n) {
+            bail!(
+                "partition {n} of {} has an unfinished move (journal {}): finish it first with \
+                 `blkalign realign {} --yes`",
+                path.display(),
+                journal.path().display(),
+                path.display()
+            );
+        }
+        if !args.yes {
+            print_status(&journal, args.json)?;
+            eprintln!("dry run: rerun with --yes to finish this move");
+            return Ok(EXIT_OK);
+        }
+        disk.finish(journal, args.json)?;
+    }
+    let wanted = disk.wanted(&args.partitions)?;
+    if wanted.is_empty() {
+        eprintln!("nothing to move: every partition starts on a physical sector boundary");
+        return Ok(EXIT_OK);
+    }
+    if args.yes {
+        disk.move_all(&args, wanted)
+    } else {
+        disk.dry_run(&args, wanted)
+    }
+}
+
+/// The target, what we know of it, and how to judge it.
+struct Disk {
+    root: SysRoot,
+    target: Target,
+    topology: Topology,
+    geometry: Geometry,
+    identity: Identity,
+    /// Buffered and read-only: for table reads and checks.
+    reader: File,
+}
+
+impl Disk {
+    fn open(root: SysRoot, path: &Path, args: &Args) -> anyhow::Result<Disk> {
+        let target = device::resolve(&root, path)?;
+        if let (Some(n), Some(name)) = (target.selected_partition, &target.name) {
+            bail!(
+                "{} is partition {n}: name its disk instead (`blkalign realign /dev/{name} {n}`)",
+                path.display()
+            );
+        }
+        let reader = device::open(&target)?;
+        let overrides = args.geometry.overrides();
+        let topology = device::topology(&root, &target, Some(&reader), &overrides)?;
+        let geometry = Geometry::new(
+            topology.logical_sector_size.value,
+            topology.physical_sector_size.value,
+            topology.alignment_offset.value,
+            topology.optimal_io_size.map(|s| s.value),
+            args.geometry.trust_kernel,
+        );
+        let identity = guard::identity(&root, &target, &topology);
+        Ok(Disk { root, target, topology, geometry, identity, reader })
+    }
+
+    fn layout(&self) -> anyhow::Result<Layout> {
+        let ss = self.topology.logical_sector_size.value;
+        let layout = table::read(&self.reader, ss, self.topology.size_bytes)
+            .with_context(|| format!("reading {}", self.target.path.display()))?;
+        guard::table_problems(&layout).map_err(anyhow::Error::msg)?;
+        Ok(layout)
+    }
+
+    /// The unfinished move on this target: the one in `--journal`, or the
+    /// one a state record points at whose identity matches.
+    fn unfinished(&self, journal: Option<&Path>) -> anyhow::Result<Option<Journal>> {
+        if let Some(path) = journal.filter(|p| p.exists()) {
+            let j = Journal::open(path)?;
+            if j.state.phase == Phase::Done {
+                return Ok(None);
+            }
+            if !state::applies(&j.record, &self.reader, &self.identity) {
+                bail!(
+                    "the journal {} records a move on another disk (size, serial or table \
+                     differ): refusing to apply it to {}",
+                    path.display(),
+                    self.target.path.display()
+                );
+            }
+            return Ok(Some(j));
+        }
+        Ok(state::unfinished_on(&self.reader, &self.identity).map(|(_, j)| j))
+    }
+
+    /// The partitions to move: those named, or every misaligned one.
+    fn wanted(&self, named: &[u32]) -> anyhow::Result<Vec<u32>> {
+        let layout = self.layout()?;
+        if !named.is_empty() {
+            for n in named {
+                if !layout.partitions.iter().any(|p| p.number == *n) {
+                    bail!("there is no partition {n} on {}", self.target.path.display());
+                }
+            }
+            return Ok(named.to_vec());
+        }
+        let misaligned = layout.partitions.iter().filter(|p| {
+            p.kind != PartKind::Extended
+                && self.geometry.judge(p.start, p.size).is_some_and(|v| v.verdict == Class::Misaligned)
+        });
+        Ok(misaligned.map(|p| p.number).collect())
+    }
+
+    fn request(&self, args: &Args, partition: u32) -> anyhow::Result<Request> {
+        Ok(Request { partition, to: args.to, align: parse_align(&args.align)?, force: args.force })
+    }
+
+    /// Place each partition in turn, in an order that makes room: the first
+    /// that fits goes, and the others are placed against the table as it
+    /// will be after it.
+    fn place_all(&self, args: &Args, wanted: &[u32]) -> anyhow::Result<Vec<Result<Placement, PlaceError>>> {
+        let mut layout = self.layout()?;
+        let mut pending: Vec<u32> = wanted.to_vec();
+        let mut out = Vec::new();
+        while !pending.is_empty() {
+            let tries: Vec<(usize, Result<Placement, PlaceError>)> = pending
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| Ok((i, self.place_one(&layout, self.request(args, n)?))))
+                .collect::<anyhow::Result<_>>()?;
+            let Some((i, Ok(placement))) = tries.iter().find(|(_, r)| r.is_ok()).cloned() else {
+                out.extend(tries.into_iter().map(|(_, r)| r));
+                break;
+            };
+            pending.remove(i);
+            let moved = layout.partitions.iter_mut().find(|p| p.number == placement.partition.number);
+            if let Some(p) = moved {
+                p.start = placement.new_start;
+            }
+            out.push(Ok(placement));
+        }
+        Ok(out)
+    }
+
+    fn place_one(&self, layout: &Layout, req: Request) -> Result<Placement, PlaceError> {
+        let ss = layout.sector_size;
+        let nonzero = |lbas: std::ops::Range<u64>| {
+            let mut buf = vec![0u8; ((lbas.end - lbas.start) * ss) as usize];
+            self.reader.read_exact_at_or_true(&mut buf, lbas.start * ss)
+        };
+        let sectors = self.topology.size_bytes / ss;
+        let placed = place::place(layout, &self.geometry, sectors, &req, &nonzero)?;
+        if !req.force {
+            if let Some(why) = guard::boot_loader(&self.reader, &placed.partition, &self.target.path) {
+                return Err(PlaceError::CannotMove(req.partition, format!("{why}; --force moves it anyway")));
+            }
+        }
+        Ok(placed)
+    }
+
+    fn dry_run(&self, args: &Args, wanted: Vec<u32>) -> anyhow::Result<u8> {
+        let layout = self.layout()?;
+        let mut report = Vec::new();
+        let mut refused = false;
+        for placed in self.place_all(args, &wanted)? {
+            let item = match placed {
+                Ok(placement) => self.planned(args, &layout, &placement)?,
+                Err(err) => {
+                    refused = true;
+                    self.refusal(&layout, err)
+                }
+            };
+            report.push(item);
+        }
+        let out = PlanOutput { version: 1, target: &self.target.path, dry_run: true, moves: report };
+        print_plan(&out, args.json)?;
+        if refused {
+            eprintln!("refused: nothing written");
+            return Ok(EXIT_ERROR);
+        }
+        eprintln!("dry run: nothing written; add --yes to move");
+        Ok(EXIT_OK)
+    }
+
+    fn planned(&self, args: &Args, layout: &Layout, placement: &Placement) -> anyhow::Result<Planned> {
+        let prepared = prepare(&self.reader, &self.target.path, layout, placement, self.identity.clone())?;
+        let m = &prepared.record;
+        let journaled = m.shift_bytes() < m.chunk_bytes && m.chunks() > 0;
+        let rate = read_rate(&self.target.path, m.old_start * m.sector_size, m.bytes());
+        let passes = if journaled { 4.0 } else { 3.0 };
+        let mut notes: Vec<String> = placement.note.iter().cloned().collect();
+        notes.extend(prepared.notes.iter().cloned());
+        Ok(Planned {
+            partition: m.partition,
+            contents: m.contents.clone(),
+            old_start: m.old_start,
+            new_start: m.new_start,
+            sectors: m.sectors,
+            direction: Some(m.direction()),
+            bytes: m.bytes(),
+            shift_bytes: m.shift_bytes(),
+            journaled,
+            room: Some([placement.room.start, placement.room.end - 1]),
+            journal: Some(self.journal_path(args, m.partition)),
+            read_rate_bytes_per_second: rate,
+            estimated_seconds: rate.map(|r| passes * m.bytes() as f64 / r),
+            notes,
+            refused: None,
+        })
+    }
+
+    fn refusal(&self, layout: &Layout, err: PlaceError) -> Planned {
+        let mut why = err.to_string();
+        let (partition, missing) = match &err {
+            PlaceError::NoRoom { partition, missing_sectors, .. } => (*partition, *missing_sectors),
+            PlaceError::NotFound(n) | PlaceError::CannotMove(n, _) | PlaceError::AlreadyAligned(n, ..) => (*n, None),
+        };
+        let p = layout.partitions.iter().find(|p| p.number == partition);
+        if let (Some(p), Some(missing)) = (p, missing) {
+            let ss = layout.sector_size;
+            let contents = blkalign::stack::identify(&self.reader, p.start * ss, p.size * ss).ok().flatten();
+            let device = self.partition_path(partition);
+            why += &format!(
+                ". To make room, shrink it by at least {} ({missing} sectors): {}; then shrink \
+                 partition {partition} to match and rerun",
+                human_size(missing * ss),
+                blkalign::stack::shrink_advice(contents.as_ref(), &device, p.size * ss, missing * ss)
+            );
+        }
+        Planned { partition, refused: Some(why), ..Planned::default() }
+    }
+
+    fn partition_path(&self, n: u32) -> String {
+        match &self.target.name {
+            Some(name) if name.ends_with(|c: char| c.is_ascii_digit()) => format!("/dev/{name}p{n}"),
+            Some(name) => format!("/dev/{name}{n}"),
+            None => format!("{} partition {n} (attach it with `losetup -P`)", self.target.path.display()),
+        }
+    }
+
+    fn journal_path(&self, args: &Args, n: u32) -> PathBuf {
+        if let Some(j) = &args.journal {
+            return j.clone();
+        }
+        match (&self.target.kind, &self.target.name) {
+            (TargetKind::Disk, Some(name)) => state::journal_dir().join(format!("{name}-p{n}.journal")),
+            _ => {
+                let mut p = self.target.path.as_os_str().to_owned();
+                p.push(format!(".blkalign-p{n}.journal"));
+                PathBuf::from(p)
+            }
+        }
+    }
+
+    fn move_all(&self, args: &Args, wanted: Vec<u32>) -> anyhow::Result<u8> {
+        for placed in self.place_all(args, &wanted)? {
+            let placement = match placed {
+                Ok(p) => p,
+                Err(err) => {
+                    let layout = self.layout()?;
+                    bail!("{}", self.refusal(&layout, err).refused.unwrap_or_default());
+                }
+            };
+            // The table changed after each move: read it again.
+            let layout = self.layout()?;
+            let current = layout.partitions.iter().find(|p| p.number == placement.partition.number);
+            let Some(current) = current else { bail!("partition {} vanished", placement.partition.number) };
+            let placement = Placement { partition: current.clone(), ..placement };
+            let prepared = prepare(&self.reader, &self.target.path, &layout, &placement, self.identity.clone())?;
+            let journal = self.create_journal(args, &prepared)?;
+            if let Some(note) = &placement.note {
+                eprintln!("note: {note}");
+            }
+            for note in &prepared.notes {
+                eprintln!("note: {note}");
+            }
+            self.finish(journal, args.json)?;
+        }
+        Ok(EXIT_OK)
+    }
+
+    fn create_journal(&self, args: &Args, prepared: &Prepared) -> anyhow::Result<Journal> {
+        let path = self.journal_path(args, prepared.record.partition);
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        guard::journal_location(&self.root, &self.target, &path).map_err(anyhow::Error::msg)?;
+        if path.exists() {
+            let old = Journal::open(&path)?;
+            if old.state.phase != Phase::Done {
+                bail!("{} holds another unfinished move: finish it or pass another --journal", path.display());
+            }
+            std::fs::remove_file(&path)?;
+        }
+        let journal = Journal::create(&path, prepared.record.clone())?;
+        let absolute = std::fs::canonicalize(&path)?;
+        state::add(&absolute, &prepared.record).context("recording the move in the state directory")?;
+        Ok(journal)
+    }
+
+    /// Run (or resume) the move in `journal` to the end.
+    fn finish(&self, mut journal: Journal, json: bool) -> anyhow::Result<()> {
+        exclusive::check_unused(&self.root, &self.target)?;
+        let writer = open_writer(&self.target)?;
+        let m = journal.record.clone();
+        let resumed = journal.state;
+        if resumed.sequence > 1 {
+            eprintln!(
+                "resuming the move of partition {} ({:?}, {} of {} chunks done)",
+                m.partition, resumed.phase, resumed.cursor, m.chunks()
+            );
+        }
+        let bar = progress(2 * m.bytes());
+        let started = Instant::now();
+        let result = copy::run(&writer, &mut journal, &mut |n| bar.inc(n));
+        bar.finish_and_clear();
+        if let Err(err) = result {
+            return Err(moved_error(err, &journal));
+        }
+        if self.target.kind == TargetKind::Disk {
+            self.tell_kernel(&writer, &m);
+        }
+        journal.commit(Phase::Done, m.chunks(), None)?;
+        let absolute = std::fs::canonicalize(journal.path())?;
+        state::remove(&absolute)?;
+        let seconds = started.elapsed().as_secs_f64();
+        let done = Done {
+            version: 1,
+            target: &self.target.path,
+            partition: m.partition,
+            old_start: m.old_start,
+            new_start: m.new_start,
+            bytes: m.bytes(),
+            seconds,
+            contents: m.contents.as_deref(),
+            journal: journal.path(),
+            verified: true,
+        };
+        if json {
+            super::emit(&(serde_json::to_string_pretty(&done)? + "\n"))?;
+        } else {
+            super::emit(&format!(
+                "{}: moved partition {} from LBA {} to {} ({} in {seconds:.1} s), verified, table written\n",
+                self.target.path.display(),
+                m.partition,
+                m.old_start,
+                m.new_start,
+                human_size(m.bytes())
+            ))?;
+        }
+        Ok(())
+    }
+
+    /// Swap the kernel's partition for the moved one, if it had it; the
+    /// table on the disk is already right, so failure only warns.
+    fn tell_kernel(&self, writer: &File, m: &Move) {
+        let Some(name) = &self.target.name else { return };
+        let known = device::kernel_partitions(&self.root, name).iter().any(|k| k.number == m.partition);
+        if !known {
+            return;
+        }
+        let part = KernelPart {
+            number: m.partition,
+            start: m.new_start * m.sector_size,
+            length: m.sectors * m.sector_size,
+        };
+        if let Err(e) = exclusive::update_partitions(writer, &self.target.path, &[m.partition], &[part]) {
+            eprintln!(
+                "warning: the kernel still sees the old partition {} ({e}); run `partx -u {}` or reboot",
+                m.partition,
+                self.target.path.display()
+            );
+        }
+    }
+}
+
+/// O_DIRECT where the file system allows it (tmpfs does not), exclusive
+/// for block devices.
+fn open_writer(target: &Target) -> anyhow::Result<File> {
+    match open_direct(&target.path, Mode::Write, false) {
+        Ok(f) => Ok(f),
+        Err(_) if target.kind == TargetKind::Image => Ok(exclusive::open_for_writing(target)?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn moved_error(err: MoveError, journal: &Journal) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{err}\nthe move stopped; the journal {} is intact: once the cause is fixed, rerun the \
+         same command to finish it",
+        journal.path().display()
+    )
+}
+
+trait ReadOrTrue {
+    /// Whether the bytes there are non-zero; unreadable counts as non-zero.
+    fn read_exact_at_or_true(&self, buf: &mut [u8], offset: u64) -> bool;
+}
+
+impl ReadOrTrue for File {
+    fn read_exact_at_or_true(&self, buf: &mut [u8], offset: u64) -> bool {
+        use std::os::unix::fs::FileExt;
+        self.read_exact_at(buf, offset).map_or(true, |()| buf.iter().any(|&b| b != 0))
+    }
+}
+
+/// Bytes per second reading up to 64 MiB (at most half a second) of the
+/// partition: the estimate's basis. None when it cannot be read.
+fn read_rate(path: &Path, offset: u64, bytes: u64) -> Option<f64> {
+    use std::os::unix::fs::FileExt;
+    let file = open_direct(path, Mode::Read, false).ok().or_else(|| File::open(path).ok())?;
+    let mut buf = blkalign::bench::io::AlignedBuf::new(4 << 20, 0);
+    let (started, mut done) = (Instant::now(), 0u64);
+    while done < bytes.min(64 << 20) && started.elapsed().as_secs_f64() < 0.5 {
+        let len = (bytes - done).min(4 << 20) as usize;
+        file.read_exact_at(&mut buf.bytes_mut()[..len], offset + done).ok()?;
+        done += len as u64;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    (done > 0 && secs > 0.0).then(|| done as f64 / secs)
+}
+
+fn progress(total: u64) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total);
+    let template = "{bar:40} {bytes}/{total_bytes} copied and verified, {bytes_per_sec}, ETA {eta}";
+    if let Ok(style) = ProgressStyle::with_template(template) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+#[derive(Serialize, Default)]
+struct Planned {
+    partition: u32,
+    contents: Option<String>,
+    old_start: u64,
+    new_start: u64,
+    sectors: u64,
+    direction: Option<blkalign::realign::Direction>,
+    bytes: u64,
+    shift_bytes: u64,
+    /// Each chunk passes through the journal (the shift is under a chunk).
+    journaled: bool,
+    /// First and last free LBA the partition may use.
+    room: Option<[u64; 2]>,
+    journal: Option<PathBuf>,
+    read_rate_bytes_per_second: Option<f64>,
+    estimated_seconds: Option<f64>,
+    notes: Vec<String>,
+    /// Why this partition cannot be moved.
+    refused: Option<String>,
+}
+
+#[derive(Serialize)]
+struct PlanOutput<'a> {
+    version: u32,
+    target: &'a Path,
+    dry_run: bool,
+    moves: Vec<Planned>,
+}
+
+#[derive(Serialize)]
+struct Done<'a> {
+    version: u32,
+    target: &'a Path,
+    partition: u32,
+    old_start: u64,
+    new_start: u64,
+    bytes: u64,
+    seconds: f64,
+    contents: Option<&'a str>,
+    journal: &'a Path,
+    verified: bool,
+}
+
+fn print_plan(out: &PlanOutput, json: bool) -> anyhow::Result<()> {
+    if json {
+        return Ok(super::emit(&(serde_json::to_string_pretty(out)? + "\n"))?);
+    }
+    let mut text = String::new();
+    for m in &out.moves {
+        let head = format!("{}: partition {}", out.target.display(), m.partition);
+        if let Some(why) = &m.refused {
+            text += &format!("{head}: cannot move: {why}\n");
+            continue;
+        }
+        let contents = m.contents.as_deref().unwrap_or("contents not recognised");
+        let shift = m.new_start.abs_diff(m.old_start);
+        let direction = if m.new_start > m.old_start { "right" } else { "left" };
+        text += &format!(
+            "{head} ({contents}, {}): LBA {} -> {} ({direction} by {shift} sectors)\n",
+            human_size(m.bytes),
+            m.old_start,
+            m.new_start
+        );
+        if let Some([first, last]) = m.room {
+            text += &format!(
+                "  room: LBA {first}-{last} is free for it; it needs LBA {}-{}\n",
+                m.new_start,
+                m.new_start + m.sectors - 1
+            );
+        }
+        text += if m.journaled {
+            "  the shift is smaller than a chunk: each chunk is saved in the journal before it is written\n"
+        } else {
+            "  the shift is at least a chunk: chunks go straight to their destination\n"
+        };
+        if let Some(j) = &m.journal {
+            text += &format!("  journal: {}\n", j.display());
+        }
+        if let (Some(secs), Some(rate)) = (m.estimated_seconds, m.read_rate_bytes_per_second) {
+            text += &format!(
+                "  estimated {secs:.1} s (the partition reads at {}/s here)\n",
+                human_size(rate as u64)
+            );
+        }
+        for note in &m.notes {
+            text += &format!("  note: {note}\n");
+        }
+    }
+    Ok(super::emit(&text)?)
+}
+
+#[derive(Serialize)]
+struct Status<'a> {
+    version: u32,
+    journal: &'a Path,
+    target: &'a Path,
+    partition: u32,
+    old_start: u64,
+    new_start: u64,
+    phase: Phase,
+    chunks_done: u64,
+    chunks: u64,
+    bytes: u64,
+    finished: bool,
+}
+
+fn status(path: &Path, json: bool) -> anyhow::Result<u8> {
+    let journal = Journal::open(path)?;
+    print_status(&journal, json)?;
+    Ok(if journal.state.phase == Phase::Done { EXIT_OK } else { EXIT_PROBLEM })
+}
+
+fn print_status(j: &Journal, json: bool) -> anyhow::Result<()> {
+    let m = &j.record;
+    let s = Status {
+        version: 1,
+        journal: j.path(),
+        target: &m.target,
+        partition: m.partition,
+        old_start: m.old_start,
+        new_start: m.new_start,
+        phase: j.state.phase,
+        chunks_done: j.state.cursor,
+        chunks: m.chunks(),
+        bytes: m.bytes(),
+        finished: j.state.phase == Phase::Done,
+    };
+    if json {
+        return Ok(super::emit(&(serde_json::to_string_pretty(&s)? + "\n"))?);
+    }
+    let stage = match j.state.phase {
+        Phase::Copying => format!("copying: {} of {} chunks moved", s.chunks_done, s.chunks),
+        Phase::Verified => "copied and verified; the new table is not written yet".into(),
+        Phase::TableWritten => "table written; the kernel has not been told yet".into(),
+        Phase::Done => "finished".into(),
+    };
+    Ok(super::emit(&format!(
+        "{}: partition {} of {} from LBA {} to {} ({}): {stage}\n",
+        j.path().display(),
+        m.partition,
+        m.target.display(),
+        m.old_start,
+        m.new_start,
+        human_size(m.bytes())
+    ))?)
+}

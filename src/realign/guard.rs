@@ -1,0 +1,151 @@
+//! What must be true before a move starts: a table healthy enough to edit,
+//! no boot loader that records the sectors being moved, and a journal on
+//! persistent storage outside the target.
+
+use super::Identity;
+use crate::device::sysfs::{block_dir, read_text, SysRoot};
+use crate::device::{Target, TargetKind, Topology};
+use crate::table::{Layout, Partition, ReadAt};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// GPT type of a BIOS boot partition: GRUB's core.img, found by sector.
+const BIOS_BOOT: &str = "21686148-6E49-6F6E-744E-656564454649";
+
+/// What the move's journal records to recognise the target later.
+pub fn identity(root: &SysRoot, target: &Target, topology: &Topology) -> Identity {
+    let wwid = target.name.as_deref().and_then(|name| {
+        let dir = root.sys.join("block").join(name);
+        read_text(&dir.join("wwid")).or_else(|| read_text(&dir.join("device/wwid")))
+    });
+    Identity { size_bytes: topology.size_bytes, serial: topology.serial.clone(), wwid }
+}
+
+/// A table with problems is not edited: the move would write it back.
+pub fn table_problems(layout: &Layout) -> Result<(), String> {
+    if layout.problems.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> =
+        layout.problems.iter().map(|p| format!("{} ({})", p.message, p.code)).collect();
+    Err(format!("the partition table has problems; fix them first: {}", list.join("; ")))
+}
+
+/// A boot loader that finds its code by sector number breaks when those
+/// sectors move: GRUB's boot.img in the MBR pointing inside `p`, or a BIOS
+/// boot partition. Says what to run afterwards when forced.
+pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, disk: &Path) -> Option<String> {
+    let reinstall = format!("reinstall the boot loader afterwards (`grub-install {}`)", disk.display());
+    if p.type_id.eq_ignore_ascii_case(BIOS_BOOT) {
+        return Some(format!(
+            "partition {} is a BIOS boot partition: GRUB's boot.img loads core.img from it by \
+             sector number; {reinstall}",
+            p.number
+        ));
+    }
+    let mut mbr = [0u8; 512];
+    dev.read_exact_at(&mut mbr, 0).ok()?;
+    let grub = mbr[..440].windows(4).any(|w| w == b"GRUB");
+    let core = crate::table::le_u64(&mbr, 0x5C)?;
+    let inside = core >= p.start && core < p.start.saturating_add(p.size);
+    (grub && inside).then(|| {
+        format!(
+            "GRUB's boot.img in the MBR loads core.img from LBA {core}, inside partition {}; \
+             {reinstall}",
+            p.number
+        )
+    })
+}
+
+/// The journal must survive what the target does not: refuse it on the
+/// target itself (or its partitions), on the image being moved, and on
+/// memory-backed file systems.
+pub fn journal_location(root: &SysRoot, target: &Target, journal: &Path) -> Result<(), String> {
+    let dir = match journal.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let fs = rustix::fs::statfs(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    const TMPFS: i64 = 0x0102_1994;
+    const RAMFS: i64 = 0x8584_58f6;
+    if [TMPFS, RAMFS].contains(&(fs.f_type as i64)) {
+        return Err(format!(
+            "{} is in memory (tmpfs/ramfs): a power cut would lose the journal; put it on a disk",
+            dir.display()
+        ));
+    }
+    match target.kind {
+        TargetKind::Image => {
+            let image = std::fs::metadata(&target.path).map_err(|e| e.to_string())?;
+            let same = std::fs::metadata(journal)
+                .is_ok_and(|j| j.dev() == image.dev() && j.ino() == image.ino());
+            if same {
+                return Err("the journal cannot be the image itself".into());
+            }
+            Ok(())
+        }
+        TargetKind::Disk => {
+            let name = target.name.as_deref().unwrap_or_default();
+            let holder = block_dir(&root.sys, meta.dev());
+            let on_target = holder.as_deref().is_some_and(|d| {
+                d.file_name().is_some_and(|n| n == name)
+                    || d.parent().and_then(|p| p.file_name()).is_some_and(|n| n == name)
+            });
+            if on_target {
+                return Err(format!(
+                    "{} lives on {}, the disk being moved: put the journal on another disk \
+                     (--journal)",
+                    dir.display(),
+                    target.path.display()
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::PartKind;
+
+    fn part(start: u64, type_id: &str) -> Partition {
+        Partition {
+            number: 1,
+            start,
+            size: 1000,
+            kind: PartKind::Primary,
+            type_id: type_id.into(),
+            name: None,
+            ebr: None,
+        }
+    }
+
+    #[test]
+    fn grub_pointing_into_the_partition_is_named() {
+        let mut mbr = vec![0u8; 4096];
+        mbr[0x180..0x184].copy_from_slice(b"GRUB");
+        mbr[0x5C..0x64].copy_from_slice(&100u64.to_le_bytes());
+        let disk = Path::new("/dev/sdz");
+        let why = boot_loader(&mbr, &part(63, "0x83"), disk).unwrap();
+        assert!(why.contains("LBA 100") && why.contains("grub-install /dev/sdz"), "{why}");
+        assert!(boot_loader(&mbr, &part(2048, "0x83"), disk).is_none(), "core.img elsewhere");
+        assert!(boot_loader(&vec![0u8; 4096], &part(2048, BIOS_BOOT), disk).is_some());
+        assert!(boot_loader(&vec![0u8; 10], &part(63, "0x83"), disk).is_none());
+    }
+
+    #[test]
+    fn journals_in_memory_are_refused() {
+        let target = Target {
+            path: "/nonexistent.img".into(),
+            name: None,
+            kind: TargetKind::Image,
+            selected_partition: None,
+        };
+        if Path::new("/dev/shm").is_dir() {
+            let err = journal_location(&SysRoot::real(), &target, Path::new("/dev/shm/j"));
+            assert!(err.unwrap_err().contains("tmpfs"));
+        }
+    }
+}
