@@ -3,6 +3,7 @@
 use crate::align::{Class, Geometry, Verdict};
 use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology};
 use crate::probe;
+use crate::realign;
 use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem};
 use serde::Serialize;
 use std::fs::File;
@@ -181,6 +182,9 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     if file.is_ok() && target.kind == TargetKind::Disk {
         check_kernel_view(&mut audit, &found, root, target, logical);
     }
+    if let Ok(file) = &file {
+        check_unfinished_move(&mut audit, root, target, &topology, file);
+    }
     judge(&mut audit, found, &geometry, target.selected_partition);
     audit.topology = Some(topology);
     audit.geometry = Some(geometry);
@@ -238,6 +242,31 @@ fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Option
             None
         }
     }
+}
+
+/// A realign interrupted on this disk leaves a partition half moved: the
+/// audit is not complete until it is finished.
+fn check_unfinished_move(
+    audit: &mut DiskAudit,
+    root: &SysRoot,
+    target: &Target,
+    topology: &Topology,
+    file: &File,
+) {
+    let id = realign::guard::identity(root, target, topology);
+    let Some((record, journal)) = realign::state::unfinished_on(file, &id) else { return };
+    let m = &journal.record;
+    let message = format!(
+        "partition {} is being moved from LBA {} to {} and the move is unfinished (journal {}): \
+         finish it with `blkalign realign {} --yes`",
+        m.partition,
+        m.old_start,
+        m.new_start,
+        record.journal.display(),
+        target.path.display()
+    );
+    audit.problems.push(Problem::new("realign_unfinished", message.clone()));
+    audit.error = Some(message);
 }
 
 /// The kernel's partitions, for a disk whose medium cannot be read.

@@ -4,6 +4,7 @@
 mod advise;
 mod audit;
 mod bench;
+mod demo;
 mod emulate;
 mod partition;
 mod plan;
@@ -35,6 +36,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Build a disk partitioned the old way (LBA 63), find it misaligned,
+    /// move it, and check the data: no root needed (with root and nbdkit,
+    /// also an emulated WD Green with the write penalty timed).
+    Demo(demo::Args),
     /// Report the alignment of every partition on disks and disk images.
     Audit(audit::Args),
     /// Print the aligned layout a partitioning request would get; writes nothing.
@@ -104,6 +109,7 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
+        Command::Demo(args) => demo::run(args),
         Command::Audit(args) => audit::run(args, cli.sysfs_root),
         Command::Plan(args) => plan::run(args, cli.sysfs_root),
         Command::Partition(args) => partition::run(args, cli.sysfs_root),

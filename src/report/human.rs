@@ -48,7 +48,15 @@ fn disk(out: &mut String, a: &DiskAudit, color: bool) {
         );
     }
     let _ = writeln!(out, "  {}", summary(a));
-    if a.partitions.iter().any(|p| p.partition.kind != PartKind::Extended) && a.error.is_none() {
+    let misaligned = a.worst() == Some(Class::Misaligned);
+    if misaligned && a.error.is_none() {
+        let _ = writeln!(
+            out,
+            "  hint: `blkalign realign {}` shows how to move the misaligned partitions to aligned \
+             starts, keeping their data (add --yes to move)",
+            a.path.display()
+        );
+    } else if a.partitions.iter().any(|p| p.partition.kind != PartKind::Extended) && a.error.is_none() {
         let _ = writeln!(
             out,
             "  hint: `blkalign advise {}` prints the mkfs/LVM/LUKS/ZFS options that keep each partition's contents aligned",
