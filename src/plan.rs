@@ -584,7 +584,14 @@ impl Plan {
             let (Some(slot), Some(kind)) = (slot, kind) else {
                 return Err(WriteError::Type(p.number, p.type_id.clone()));
             };
-            write::mbr_entry(&mut mbr, slot, kind, u32_of(p, p.start)?, u32_of(p, p.size)?, p.start);
+            write::mbr_entry(
+                &mut mbr,
+                slot,
+                kind,
+                u32_of(p, p.start)?,
+                u32_of(p, p.size)?,
+                p.start,
+            );
         }
         Ok(MbrBytes { sector_size: ss, mbr, ebrs: self.ebrs()?, wipes: self.stale_gpt_lbas() })
     }

@@ -35,7 +35,8 @@ pub struct Args {
 }
 
 fn parse_size(text: &str) -> Result<u64, String> {
-    blkalign::units::parse_bytes(text).ok_or_else(|| format!("{text:?} is not a size (e.g. 128MiB)"))
+    blkalign::units::parse_bytes(text)
+        .ok_or_else(|| format!("{text:?} is not a size (e.g. 128MiB)"))
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {
@@ -71,14 +72,22 @@ impl Drop for Removed {
 
 /// /var/tmp survives reboots and is seldom tmpfs, which the journal refuses.
 fn state_friendly_tmp() -> PathBuf {
-    ["/var/tmp", "/tmp"].iter().map(PathBuf::from).find(|p| p.is_dir()).unwrap_or_else(|| ".".into())
+    ["/var/tmp", "/tmp"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| ".".into())
 }
 
 fn image_story(dir: &Path, size: u64) -> anyhow::Result<()> {
     let image = dir.join("disk.img");
     let sectors = size / SECTOR;
-    let part_sectors = (sectors / CYLINDER * CYLINDER).checked_sub(OLD_START).context("--size too small")?;
-    println!("== A {} disk image, partitioned as fdisk did before 2010 ==", blkalign::report::human_size(size));
+    let part_sectors =
+        (sectors / CYLINDER * CYLINDER).checked_sub(OLD_START).context("--size too small")?;
+    println!(
+        "== A {} disk image, partitioned as fdisk did before 2010 ==",
+        blkalign::report::human_size(size)
+    );
     let file = File::create(&image)?;
     file.set_len(sectors * SECTOR)?;
     write_old_table(&file, part_sectors)?;
@@ -220,9 +229,8 @@ fn drive_unavailable(args: &Args) -> Option<String> {
 }
 
 fn on_path(tool: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|paths| {
-        std::env::split_paths(&paths).any(|p| p.join(tool).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|p| p.join(tool).is_file()))
 }
 
 /// The same on an emulated first-generation WD Green, which reports

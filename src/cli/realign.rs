@@ -184,7 +184,10 @@ impl Disk {
         }
         let misaligned = layout.partitions.iter().filter(|p| {
             p.kind != PartKind::Extended
-                && self.geometry.judge(p.start, p.size).is_some_and(|v| v.verdict == Class::Misaligned)
+                && self
+                    .geometry
+                    .judge(p.start, p.size)
+                    .is_some_and(|v| v.verdict == Class::Misaligned)
         });
         Ok(misaligned.map(|p| p.number).collect())
     }
@@ -196,7 +199,11 @@ impl Disk {
     /// Place each partition in turn, in an order that makes room: the first
     /// that fits goes, and the others are placed against the table as it
     /// will be after it.
-    fn place_all(&self, args: &Args, wanted: &[u32]) -> anyhow::Result<Vec<Result<Placement, PlaceError>>> {
+    fn place_all(
+        &self,
+        args: &Args,
+        wanted: &[u32],
+    ) -> anyhow::Result<Vec<Result<Placement, PlaceError>>> {
         let mut layout = self.layout()?;
         let mut pending: Vec<u32> = wanted.to_vec();
         let mut out = Vec::new();
@@ -211,7 +218,8 @@ impl Disk {
                 break;
             };
             pending.remove(i);
-            let moved = layout.partitions.iter_mut().find(|p| p.number == placement.partition.number);
+            let moved =
+                layout.partitions.iter_mut().find(|p| p.number == placement.partition.number);
             if let Some(p) = moved {
                 p.start = placement.new_start;
             }
@@ -229,8 +237,13 @@ impl Disk {
         let sectors = self.topology.size_bytes / ss;
         let placed = place::place(layout, &self.geometry, sectors, &req, &nonzero)?;
         if !req.force {
-            if let Some(why) = guard::boot_loader(&self.reader, &placed.partition, &self.target.path) {
-                return Err(PlaceError::CannotMove(req.partition, format!("{why}; --force moves it anyway")));
+            if let Some(why) =
+                guard::boot_loader(&self.reader, &placed.partition, &self.target.path)
+            {
+                return Err(PlaceError::CannotMove(
+                    req.partition,
+                    format!("{why}; --force moves it anyway"),
+                ));
             }
         }
         Ok(placed)
@@ -250,7 +263,8 @@ impl Disk {
             };
             report.push(item);
         }
-        let out = PlanOutput { version: 1, target: &self.target.path, dry_run: true, moves: report };
+        let out =
+            PlanOutput { version: 1, target: &self.target.path, dry_run: true, moves: report };
         print_plan(&out, args.json)?;
         if refused {
             eprintln!("refused: nothing written");
@@ -260,8 +274,14 @@ impl Disk {
         Ok(EXIT_OK)
     }
 
-    fn planned(&self, args: &Args, layout: &Layout, placement: &Placement) -> anyhow::Result<Planned> {
-        let prepared = prepare(&self.reader, &self.target.path, layout, placement, self.identity.clone())?;
+    fn planned(
+        &self,
+        args: &Args,
+        layout: &Layout,
+        placement: &Placement,
+    ) -> anyhow::Result<Planned> {
+        let prepared =
+            prepare(&self.reader, &self.target.path, layout, placement, self.identity.clone())?;
         let m = &prepared.record;
         let journaled = m.shift_bytes() < m.chunk_bytes && m.chunks() > 0;
         let rate = read_rate(&self.target.path, m.old_start * m.sector_size, m.bytes());
@@ -291,18 +311,26 @@ impl Disk {
         let mut why = err.to_string();
         let (partition, missing) = match &err {
             PlaceError::NoRoom { partition, missing_sectors, .. } => (*partition, *missing_sectors),
-            PlaceError::NotFound(n) | PlaceError::CannotMove(n, _) | PlaceError::AlreadyAligned(n, ..) => (*n, None),
+            PlaceError::NotFound(n)
+            | PlaceError::CannotMove(n, _)
+            | PlaceError::AlreadyAligned(n, ..) => (*n, None),
         };
         let p = layout.partitions.iter().find(|p| p.number == partition);
         if let (Some(p), Some(missing)) = (p, missing) {
             let ss = layout.sector_size;
-            let contents = blkalign::stack::identify(&self.reader, p.start * ss, p.size * ss).ok().flatten();
+            let contents =
+                blkalign::stack::identify(&self.reader, p.start * ss, p.size * ss).ok().flatten();
             let device = self.partition_path(partition);
             why += &format!(
                 ". To make room, shrink it by at least {} ({missing} sectors): {}; then shrink \
                  partition {partition} to match and rerun",
                 human_size(missing * ss),
-                blkalign::stack::shrink_advice(contents.as_ref(), &device, p.size * ss, missing * ss)
+                blkalign::stack::shrink_advice(
+                    contents.as_ref(),
+                    &device,
+                    p.size * ss,
+                    missing * ss
+                )
             );
         }
         Planned { partition, refused: Some(why), ..Planned::default() }
@@ -310,9 +338,14 @@ impl Disk {
 
     fn partition_path(&self, n: u32) -> String {
         match &self.target.name {
-            Some(name) if name.ends_with(|c: char| c.is_ascii_digit()) => format!("/dev/{name}p{n}"),
+            Some(name) if name.ends_with(|c: char| c.is_ascii_digit()) => {
+                format!("/dev/{name}p{n}")
+            }
             Some(name) => format!("/dev/{name}{n}"),
-            None => format!("{} partition {n} (attach it with `losetup -P`)", self.target.path.display()),
+            None => format!(
+                "{} partition {n} (attach it with `losetup -P`)",
+                self.target.path.display()
+            ),
         }
     }
 
@@ -321,7 +354,9 @@ impl Disk {
             return j.clone();
         }
         match (&self.target.kind, &self.target.name) {
-            (TargetKind::Disk, Some(name)) => state::journal_dir().join(format!("{name}-p{n}.journal")),
+            (TargetKind::Disk, Some(name)) => {
+                state::journal_dir().join(format!("{name}-p{n}.journal"))
+            }
             _ => {
                 let mut p = self.target.path.as_os_str().to_owned();
                 p.push(format!(".blkalign-p{n}.journal"));
@@ -342,9 +377,17 @@ impl Disk {
             // The table changed after each move: read it again.
             let layout = self.layout()?;
             let current = layout.partitions.iter().find(|p| p.number == placement.partition.number);
-            let Some(current) = current else { bail!("partition {} vanished", placement.partition.number) };
+            let Some(current) = current else {
+                bail!("partition {} vanished", placement.partition.number)
+            };
             let placement = Placement { partition: current.clone(), ..placement };
-            let prepared = prepare(&self.reader, &self.target.path, &layout, &placement, self.identity.clone())?;
+            let prepared = prepare(
+                &self.reader,
+                &self.target.path,
+                &layout,
+                &placement,
+                self.identity.clone(),
+            )?;
             let journal = self.create_journal(args, &prepared)?;
             if let Some(note) = &placement.note {
                 eprintln!("note: {note}");
@@ -366,13 +409,17 @@ impl Disk {
         if path.exists() {
             let old = Journal::open(&path)?;
             if old.state.phase != Phase::Done {
-                bail!("{} holds another unfinished move: finish it or pass another --journal", path.display());
+                bail!(
+                    "{} holds another unfinished move: finish it or pass another --journal",
+                    path.display()
+                );
             }
             std::fs::remove_file(&path)?;
         }
         let journal = Journal::create(&path, prepared.record.clone())?;
         let absolute = std::fs::canonicalize(&path)?;
-        state::add(&absolute, &prepared.record).context("recording the move in the state directory")?;
+        state::add(&absolute, &prepared.record)
+            .context("recording the move in the state directory")?;
         Ok(journal)
     }
 
@@ -385,7 +432,10 @@ impl Disk {
         if resumed.sequence > 1 {
             eprintln!(
                 "resuming the move of partition {} ({:?}, {} of {} chunks done)",
-                m.partition, resumed.phase, resumed.cursor, m.chunks()
+                m.partition,
+                resumed.phase,
+                resumed.cursor,
+                m.chunks()
             );
         }
         let bar = progress(2 * m.bytes());
@@ -433,7 +483,8 @@ impl Disk {
     /// table on the disk is already right, so failure only warns.
     fn tell_kernel(&self, writer: &File, m: &Move) {
         let Some(name) = &self.target.name else { return };
-        let known = device::kernel_partitions(&self.root, name).iter().any(|k| k.number == m.partition);
+        let known =
+            device::kernel_partitions(&self.root, name).iter().any(|k| k.number == m.partition);
         if !known {
             return;
         }
@@ -442,7 +493,9 @@ impl Disk {
             start: m.new_start * m.sector_size,
             length: m.sectors * m.sector_size,
         };
-        if let Err(e) = exclusive::update_partitions(writer, &self.target.path, &[m.partition], &[part]) {
+        if let Err(e) =
+            exclusive::update_partitions(writer, &self.target.path, &[m.partition], &[part])
+        {
             eprintln!(
                 "warning: the kernel still sees the old partition {} ({e}); run `partx -u {}` or reboot",
                 m.partition,

@@ -55,9 +55,61 @@ fn io_at(what: &'static str, offset: u64, m: &Move, source: io::Error) -> MoveEr
     MoveError::Io { what, lba: offset / m.sector_size.max(1), source }
 }
 
+/// Read `buf` from `offset`; on failure, find the first sector that fails,
+/// so the error names the bad LBA rather than the chunk's first.
+fn read(
+    disk: &dyn Disk,
+    buf: &mut [u8],
+    offset: u64,
+    m: &Move,
+    what: &'static str,
+) -> Result<(), MoveError> {
+    disk.read_at(buf, offset).or_else(|e| {
+        Err(first_bad(m, buf.len(), offset, e, |piece, at| disk.read_at(&mut buf[piece], at), what))
+    })
+}
+
+/// Write `buf` at `offset`, naming the first failing sector on failure;
+/// rewriting pieces of the same bytes is harmless.
+fn write(disk: &dyn Disk, buf: &[u8], offset: u64, m: &Move) -> Result<(), MoveError> {
+    disk.write_at(buf, offset).or_else(|e| {
+        Err(first_bad(
+            m,
+            buf.len(),
+            offset,
+            e,
+            |piece, at| disk.write_at(&buf[piece], at),
+            "writing",
+        ))
+    })
+}
+
+/// Retry sector by sector (aligned buffers stay aligned: each piece
+/// starts a whole sector into the buffer) until one fails.
+fn first_bad(
+    m: &Move,
+    len: usize,
+    offset: u64,
+    first: io::Error,
+    mut op: impl FnMut(std::ops::Range<usize>, u64) -> io::Result<()>,
+    what: &'static str,
+) -> MoveError {
+    let ss = m.sector_size.max(512) as usize;
+    for at in (0..len).step_by(ss) {
+        if let Err(source) = op(at..(at + ss).min(len), offset + at as u64) {
+            return io_at(what, offset + at as u64, m, source);
+        }
+    }
+    io_at(what, offset, m, first)
+}
+
 /// Run the move in `journal` from where it stands up to and including the
 /// table. `tick` hears of every byte copied or verified.
-pub fn run(disk: &dyn Disk, journal: &mut Journal, tick: &mut dyn FnMut(u64)) -> Result<(), MoveError> {
+pub fn run(
+    disk: &dyn Disk,
+    journal: &mut Journal,
+    tick: &mut dyn FnMut(u64),
+) -> Result<(), MoveError> {
     if journal.state.phase == Phase::Copying {
         copy(disk, journal, tick)?;
         verify(disk, journal, tick)?;
@@ -86,7 +138,7 @@ fn copy(disk: &dyn Disk, j: &mut Journal, tick: &mut dyn FnMut(u64)) -> Result<(
         let src = m.old_start * m.sector_size + rel;
         match j.saved(k)? {
             Some(saved) if saved.len() == data.len() => data.copy_from_slice(&saved),
-            _ => disk.read_at(data, src).map_err(|e| io_at("reading", src, &m, e))?,
+            _ => read(disk, data, src, &m, "reading")?,
         }
         j.checksums.push(crc32fast::hash(data));
         let save = m.needs_save(k);
@@ -99,7 +151,7 @@ fn copy(disk: &dyn Disk, j: &mut Journal, tick: &mut dyn FnMut(u64)) -> Result<(
             (committed, last_commit) = (k, Instant::now());
         }
         let dst = m.new_start * m.sector_size + rel;
-        disk.write_at(data, dst).map_err(|e| io_at("writing", dst, &m, e))?;
+        write(disk, data, dst, &m)?;
         dirty = true;
         tick(len);
         if last_commit.elapsed() >= COMMIT_EVERY {
@@ -122,7 +174,7 @@ fn verify(disk: &dyn Disk, j: &Journal, tick: &mut dyn FnMut(u64)) -> Result<(),
         let (rel, len) = m.chunk(k);
         let data = &mut buf.bytes_mut()[..len as usize];
         let dst = m.new_start * m.sector_size + rel;
-        disk.read_at(data, dst).map_err(|e| io_at("verifying", dst, m, e))?;
+        read(disk, data, dst, m, "verifying")?;
         let found = crc32fast::hash(data);
         let expected = j.checksums.get(k as usize).copied().unwrap_or(!found);
         if found != expected {
@@ -286,7 +338,10 @@ mod tests {
         let disk = Flaky::new(vec![0u8; 200_000 * 512], 0);
         let err = run(&disk, &mut j, &mut |_| {}).unwrap_err().to_string();
         assert!(err.contains("reading LBA 100055"), "{err}");
-        let changed = Move { writes: vec![Write { old: vec![9; 512], new: vec![8; 512], ..m.writes[0].clone() }], ..m };
+        let changed = Move {
+            writes: vec![Write { old: vec![9; 512], new: vec![8; 512], ..m.writes[0].clone() }],
+            ..m
+        };
         let err = write_tail(&Flaky::new(vec![0u8; 4096], u64::MAX), &changed).unwrap_err();
         assert!(matches!(err, MoveError::Changed { offset: 0, .. }), "{err}");
     }

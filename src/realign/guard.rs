@@ -35,7 +35,8 @@ pub fn table_problems(layout: &Layout) -> Result<(), String> {
 /// sectors move: GRUB's boot.img in the MBR pointing inside `p`, or a BIOS
 /// boot partition. Says what to run afterwards when forced.
 pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, disk: &Path) -> Option<String> {
-    let reinstall = format!("reinstall the boot loader afterwards (`grub-install {}`)", disk.display());
+    let reinstall =
+        format!("reinstall the boot loader afterwards (`grub-install {}`)", disk.display());
     if p.type_id.eq_ignore_ascii_case(BIOS_BOOT) {
         return Some(format!(
             "partition {} is a BIOS boot partition: GRUB's boot.img loads core.img from it by \

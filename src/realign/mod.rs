@@ -180,7 +180,12 @@ pub(crate) mod tests {
             sectors: 100_000,
             chunk_bytes: 1 << 20,
             contents: Some("ext4".into()),
-            writes: vec![Write { offset: 0, old: vec![0, 0xAB], new: vec![1, 2], what: "mbr".into() }],
+            writes: vec![Write {
+                offset: 0,
+                old: vec![0, 0xAB],
+                new: vec![1, 2],
+                what: "mbr".into(),
+            }],
         }
     }
 
@@ -195,8 +200,15 @@ pub(crate) mod tests {
 
     #[test]
     fn chunks_cover_the_partition_once_in_copy_order() {
-        for (old, new, sectors) in [(63, 64, 5000), (2048, 63, 4097), (34, 2048, 1), (63, 56, 2048)] {
-            let m = Move { old_start: old, new_start: new, sectors, chunk_bytes: 4096, ..sample_move() };
+        for (old, new, sectors) in [(63, 64, 5000), (2048, 63, 4097), (34, 2048, 1), (63, 56, 2048)]
+        {
+            let m = Move {
+                old_start: old,
+                new_start: new,
+                sectors,
+                chunk_bytes: 4096,
+                ..sample_move()
+            };
             let mut seen = vec![false; m.bytes() as usize / 512];
             for k in 0..m.chunks() {
                 let (rel, len) = m.chunk(k);

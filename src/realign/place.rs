@@ -85,7 +85,8 @@ pub fn place(
         if align_down(start_bytes, grain, offset) == Some(start_bytes) {
             return Err(PlaceError::AlreadyAligned(n, grain, p.start));
         }
-        let lba = |b: Option<u64>| b.filter(|b| b % geometry.logical == 0).map(|b| b / geometry.logical);
+        let lba =
+            |b: Option<u64>| b.filter(|b| b % geometry.logical == 0).map(|b| b / geometry.logical);
         let up = lba(align_up(start_bytes, grain, offset));
         let down = lba(align_down(start_bytes, grain, offset));
         for candidate in [up, down].into_iter().flatten() {
@@ -154,7 +155,10 @@ impl Fit<'_> {
                 Some(missing),
             );
         }
-        if self.first && start < self.p.start && !self.force && (self.gap_nonzero)(start..self.p.start)
+        if self.first
+            && start < self.p.start
+            && !self.force
+            && (self.gap_nonzero)(start..self.p.start)
         {
             return fail(
                 format!(
@@ -177,7 +181,10 @@ impl Fit<'_> {
         if !judged.is_some_and(|v| v.aligned_physical) {
             return Err(PlaceError::CannotMove(
                 n,
-                format!("--to {to} is not on a {}-byte physical sector boundary", geometry.physical),
+                format!(
+                    "--to {to} is not on a {}-byte physical sector boundary",
+                    geometry.physical
+                ),
             ));
         }
         self.check(to).map(|()| to).map_err(|f| no_room(n, vec![f]))
@@ -201,7 +208,11 @@ fn grains(
     };
     let chosen = plan::grain(&disk, align).map_err(|e| e.to_string())?;
     let minimal = lcm(g.physical, g.logical).ok_or("no physical sector grain")?;
-    Ok(if align == Align::Optimal && chosen != minimal { vec![chosen, minimal] } else { vec![chosen] })
+    Ok(if align == Align::Optimal && chosen != minimal {
+        vec![chosen, minimal]
+    } else {
+        vec![chosen]
+    })
 }
 
 /// The free run of LBAs around `p`: bounded by the table's usable area and
@@ -317,7 +328,10 @@ mod tests {
         let mut img = mbr_extended();
         let layout = read(&img, 512, img.len() as u64).unwrap();
         // Logical 6 at 129+63 between EBR 128 and EBR 192: 136 fits, 128 is the EBR.
-        let got = place(&layout, &geometry(), 512, &Request { align: Align::Minimal, ..req(6) }, &|_| false);
+        let got =
+            place(&layout, &geometry(), 512, &Request { align: Align::Minimal, ..req(6) }, &|_| {
+                false
+            });
         assert!(matches!(got, Err(PlaceError::NoRoom { .. })), "{got:?}");
         mbr_entry(&mut img, 128 * 512, 0, 0x83, 1, 50);
         let layout = read(&img, 512, img.len() as u64).unwrap();
@@ -331,7 +345,8 @@ mod tests {
         let layout = read(&img, 512, img.len() as u64).unwrap();
         let got = place(&layout, &geometry(), 8192, &req(1), &|_| true).unwrap();
         assert_eq!(got.new_start, 40, "the room after it is too small for 2048");
-        let to = |to| place(&layout, &geometry(), 8192, &Request { to: Some(to), ..req(1) }, &|_| false);
+        let to =
+            |to| place(&layout, &geometry(), 8192, &Request { to: Some(to), ..req(1) }, &|_| false);
         assert_eq!(to(48).unwrap().new_start, 48);
         assert!(matches!(to(41), Err(PlaceError::CannotMove(1, _))));
         assert!(matches!(to(8000), Err(PlaceError::NoRoom { .. })));
@@ -339,6 +354,9 @@ mod tests {
         let layout = read(&aligned, 512, aligned.len() as u64).unwrap();
         let err = place(&layout, &geometry(), 8192, &req(1), &|_| false).unwrap_err();
         assert_eq!(err, PlaceError::AlreadyAligned(1, 1 << 20, 2048));
-        assert_eq!(place(&layout, &geometry(), 8192, &req(9), &|_| false), Err(PlaceError::NotFound(9)));
+        assert_eq!(
+            place(&layout, &geometry(), 8192, &req(9), &|_| false),
+            Err(PlaceError::NotFound(9))
+        );
     }
 }

@@ -42,8 +42,9 @@ pub fn prepare(
     let new_offset = placement.new_start.checked_mul(ss).ok_or_else(overflow)?;
     let bytes = p.size.checked_mul(ss).ok_or_else(overflow)?;
     let contents = stack::identify(dev, offset, bytes)?;
-    let (patches, notes) = stack::start_fixups(dev, offset, bytes, ss, p.start, placement.new_start)
-        .map_err(|e| PrepareError::Contents(p.number, e))?;
+    let (patches, notes) =
+        stack::start_fixups(dev, offset, bytes, ss, p.start, placement.new_start)
+            .map_err(|e| PrepareError::Contents(p.number, e))?;
     let mut writes: Vec<Write> = patches
         .into_iter()
         .map(|patch| Write {

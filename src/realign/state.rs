@@ -44,7 +44,8 @@ fn record_path(journal: &Path) -> PathBuf {
 /// Note that the move in `journal` (an absolute path) is under way.
 pub fn add(journal: &Path, m: &Move) -> std::io::Result<()> {
     fs::create_dir_all(dir())?;
-    let record = Record { journal: journal.to_path_buf(), target: m.target.clone(), partition: m.partition };
+    let record =
+        Record { journal: journal.to_path_buf(), target: m.target.clone(), partition: m.partition };
     let path = record_path(journal);
     let tmp = path.with_extension("tmp");
     let mut f = fs::File::create(&tmp)?;

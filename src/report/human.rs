@@ -56,7 +56,9 @@ fn disk(out: &mut String, a: &DiskAudit, color: bool) {
              starts, keeping their data (add --yes to move)",
             a.path.display()
         );
-    } else if a.partitions.iter().any(|p| p.partition.kind != PartKind::Extended) && a.error.is_none() {
+    } else if a.partitions.iter().any(|p| p.partition.kind != PartKind::Extended)
+        && a.error.is_none()
+    {
         let _ = writeln!(
             out,
             "  hint: `blkalign advise {}` prints the mkfs/LVM/LUKS/ZFS options that keep each partition's contents aligned",

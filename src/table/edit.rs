@@ -123,7 +123,8 @@ fn move_logical(m: &mut MbrBytes, p: &Partition, new_start: u64) -> Result<(), E
     let index = m.ebrs.iter().position(|(lba, _)| *lba == ebr_lba);
     let index = index.ok_or(EditError::Stale(p.number))?;
     let relative = new_start.checked_sub(ebr_lba).filter(|&r| r > 0);
-    let relative = relative.ok_or(EditError::Range(p.number, new_start, "it must follow its EBR"))?;
+    let relative =
+        relative.ok_or(EditError::Range(p.number, new_start, "it must follow its EBR"))?;
     let stored = mbr_u32(p, Some(relative))?;
     let sector = &mut m.ebrs[index].1;
     let slot = (0..4).find(|&s| {
@@ -222,7 +223,11 @@ mod tests {
     #[test]
     fn logical_move_relinks_the_previous_ebr() {
         let (img, _) = moved(mbr_extended(), 512, 7, 200);
-        assert_eq!(entry(&img[128 * 512..], 1).unwrap().sectors, 64, "a link of its own size stays");
+        assert_eq!(
+            entry(&img[128 * 512..], 1).unwrap().sectors,
+            64,
+            "a link of its own size stays"
+        );
         let mut fdisk_style = mbr_extended();
         mbr_entry(&mut fdisk_style, 128 * 512, 1, 0x05, 128, 101);
         let (img, after) = moved(fdisk_style, 512, 7, 200);

@@ -1,0 +1,449 @@
+//! `blkalign realign` judged by the peers: the partition's bytes hash the
+//! same before and after, e2fsck / fsck.vfat / fsck.exfat / ntfsfix find
+//! nothing wrong, sfdisk --verify and sgdisk -v accept the table, parted's
+//! align-check passes, and blkalign's own audit exits 0. Refusals leave
+//! every byte as it was.
+
+mod common;
+
+use common::{needs, run, run_stdin, sfdisk_json, Image, Loop};
+use sha2::{Digest, Sha256};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Output;
+
+/// State records and journals of block devices go here, not /var/lib.
+struct State(tempfile::TempDir);
+
+impl State {
+    fn new() -> State {
+        State(tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("state dir"))
+    }
+
+    fn realign(&self, args: &[&str]) -> Output {
+        common::blkalign()
+            .env("BLKALIGN_STATE_DIR", self.0.path())
+            .arg("realign")
+            .args(args)
+            .output()
+            .expect("run realign")
+    }
+
+    fn audit(&self, target: &str) -> i32 {
+        let out = common::blkalign()
+            .env("BLKALIGN_STATE_DIR", self.0.path())
+            .args(["audit", target])
+            .output()
+            .expect("run audit");
+        out.status.code().expect("exit code")
+    }
+}
+
+fn text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().expect("exit code")
+}
+
+/// SHA-256 of `sectors` sectors of `ss` bytes from `start`.
+fn sha(path: &Path, start: u64, sectors: u64, ss: u64) -> String {
+    let file = File::open(path).expect("open");
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut at, end) = (start * ss, (start + sectors) * ss);
+    while at < end {
+        let len = (end - at).min(buf.len() as u64) as usize;
+        file.read_exact_at(&mut buf[..len], at).expect("read");
+        hasher.update(&buf[..len]);
+        at += len as u64;
+    }
+    format!("{:x}", hasher.finalize())
+}
+
+/// (start, size) of partition `n` as sfdisk reads it.
+fn sfdisk_part(dev: &str, n: u32) -> (u64, u64) {
+    let (_, parts) = sfdisk_json(dev);
+    let p = parts.iter().find(|p| p.0 == n).unwrap_or_else(|| panic!("no partition {n}"));
+    (p.1, p.2)
+}
+
+/// An ext4 with a few files at `start`, made by mkfs.ext4 itself.
+fn mkfs_ext4(image: &str, start: u64, sectors: u64, ss: u64) {
+    let files = tempfile::tempdir().expect("tempdir");
+    for i in 0..4u8 {
+        let bytes: Vec<u8> = (0..300_000u32).map(|x| (x.wrapping_mul(31) as u8) ^ i).collect();
+        std::fs::write(files.path().join(format!("f{i}")), bytes).expect("write file");
+    }
+    let dir = files.path().to_str().expect("utf-8");
+    let offset = format!("offset={}", start * ss);
+    let size = format!("{}k", sectors * ss / 1024);
+    run("mkfs.ext4", &["-q", "-F", "-b", "4096", "-d", dir, "-E", &offset, image, &size]);
+}
+
+fn e2fsck_clean(image: &str, start: u64, ss: u64) {
+    run("e2fsck", &["-fn", &format!("{image}?offset={}", start * ss)]);
+}
+
+/// Move partition `n` of an image and check it with the peers; returns
+/// the new start.
+fn move_and_check(state: &State, image: &Image, n: u32, extra: &[&str]) -> u64 {
+    let (start, size) = sfdisk_part(image.str(), n);
+    let before = sha(&image.path, start, size, 512);
+    let dry = state.realign(&[&[image.str()][..], extra].concat());
+    assert_eq!(code(&dry), 0, "{}", text(&dry));
+    assert_eq!(sha(&image.path, start, size, 512), before, "the dry run wrote");
+    let out = state.realign(&[&[image.str(), "--yes"][..], extra].concat());
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let (new_start, new_size) = sfdisk_part(image.str(), n);
+    assert_eq!(new_size, size);
+    assert_ne!(new_start, start);
+    assert_eq!(sha(&image.path, new_start, size, 512), before, "bytes differ after the move");
+    assert_eq!(new_start % 8, 0, "physically aligned");
+    run("sfdisk", &["--verify", image.str()]);
+    if new_start % 2048 == 0 {
+        assert!(common::parted_aligned(image.str(), u64::from(n)), "parted align-check opt");
+    }
+    new_start
+}
+
+#[test]
+fn the_articles_partition_at_63_goes_to_2048_and_e2fsck_agrees() {
+    if !needs(false, &["sfdisk", "mkfs.ext4", "e2fsck", "parted"]) {
+        return;
+    }
+    let state = State::new();
+    let image = Image::sfdisk(96 << 20, "label: dos\nstart=63, size=150000, type=83\n");
+    mkfs_ext4(image.str(), 63, 150_000, 512);
+    assert_eq!(state.audit(image.str()), 1);
+    assert_eq!(move_and_check(&state, &image, 1, &[]), 2048);
+    e2fsck_clean(image.str(), 2048, 512);
+    assert_eq!(state.audit(image.str()), 0);
+    let again = state.realign(&[image.str()]);
+    assert!(text(&again).contains("nothing to move"), "{}", text(&again));
+}
+
+#[test]
+fn a_partition_filling_the_disk_moves_left_through_the_journal() {
+    if !needs(false, &["sfdisk", "mkfs.ext4", "e2fsck"]) {
+        return;
+    }
+    let state = State::new();
+    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, type=83\n");
+    let (_, size) = sfdisk_part(image.str(), 1);
+    mkfs_ext4(image.str(), 63, size, 512);
+    let dry = state.realign(&[image.str(), "--json"]);
+    let plan = common::json_of(&dry.stdout);
+    assert_eq!(plan["version"], 1);
+    assert_eq!(plan["moves"][0]["new_start"], 56);
+    assert_eq!(plan["moves"][0]["journaled"], true);
+    assert_eq!(plan["moves"][0]["contents"], "ext4");
+    assert_eq!(move_and_check(&state, &image, 1, &[]), 56);
+    e2fsck_clean(image.str(), 56, 512);
+}
+
+#[test]
+fn one_sector_right_and_a_shift_longer_than_a_chunk() {
+    if !needs(false, &["sfdisk", "mkfs.ext4", "e2fsck"]) {
+        return;
+    }
+    let state = State::new();
+    let image = Image::sfdisk(160 << 20, "label: dos\nstart=63, size=90000, type=83\n");
+    mkfs_ext4(image.str(), 63, 90_000, 512);
+    assert_eq!(move_and_check(&state, &image, 1, &["1", "--to", "64"]), 64);
+    e2fsck_clean(image.str(), 64, 512);
+    // 32 MiB to the right: every 16 MiB chunk goes straight to its place.
+    assert_eq!(move_and_check(&state, &image, 1, &["1", "--to", "65536"]), 65536);
+    e2fsck_clean(image.str(), 65536, 512);
+    // Back before the old start: its stale bytes count as the boot gap's.
+    let refused = state.realign(&[image.str(), "1", "--to", "8"]);
+    assert!(text(&refused).contains("--force"), "{}", text(&refused));
+    assert_eq!(move_and_check(&state, &image, 1, &["1", "--to", "8", "--force"]), 8);
+    e2fsck_clean(image.str(), 8, 512);
+}
+
+#[test]
+fn a_logical_partition_moves_inside_its_ebr_chain() {
+    if !needs(false, &["sfdisk", "mkfs.ext4", "e2fsck"]) {
+        return;
+    }
+    let state = State::new();
+    let script = "label: dos\nstart=2048, size=20000, type=83\nstart=30000, size=100000, type=5\n\
+                  start=30063, size=30000, type=83\nstart=70000, size=50000, type=83\n";
+    let image = Image::sfdisk(96 << 20, script);
+    let (start5, size5) = sfdisk_part(image.str(), 5);
+    mkfs_ext4(image.str(), start5, size5, 512);
+    let out = state.realign(&[image.str(), "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let (new5, _) = sfdisk_part(image.str(), 5);
+    assert_eq!(new5 % 8, 0);
+    assert!(new5 > 30000 && new5 + size5 <= 69999, "stays between its EBR and the next");
+    e2fsck_clean(image.str(), new5, 512);
+    run("sfdisk", &["--verify", image.str()]);
+    assert_eq!(sfdisk_part(image.str(), 6), (70000, 50000), "the next logical untouched");
+    assert_eq!(state.audit(image.str()), 0);
+}
+
+#[test]
+fn gpt_at_34_moves_and_sgdisk_verifies() {
+    if !needs(false, &["sgdisk", "sfdisk", "mkfs.ext4", "e2fsck"]) {
+        return;
+    }
+    let state = State::new();
+    let image = Image::new(64 << 20);
+    run("sgdisk", &["-a", "1", "-n", "1:34:+40M", "-c", "1:data", "-A", "1:set:2", image.str()]);
+    let guid_before = String::from_utf8_lossy(&run("sgdisk", &["-i", "1", image.str()]).stdout)
+        .lines()
+        .filter(|l| !l.contains("First sector") && !l.contains("Last sector"))
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    let (_, size) = sfdisk_part(image.str(), 1);
+    mkfs_ext4(image.str(), 34, size, 512);
+    assert_eq!(move_and_check(&state, &image, 1, &[]), 2048);
+    run("sgdisk", &["-v", image.str()]);
+    let after = String::from_utf8_lossy(&run("sgdisk", &["-i", "1", image.str()]).stdout)
+        .lines()
+        .filter(|l| !l.contains("First sector") && !l.contains("Last sector"))
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    assert_eq!(after, guid_before, "GUIDs, name and attributes kept");
+    e2fsck_clean(image.str(), 2048, 512);
+}
+
+#[test]
+fn fat32_ntfs_and_exfat_learn_their_new_start() {
+    if !needs(
+        false,
+        &["sfdisk", "mkfs.vfat", "fsck.vfat", "mkntfs", "ntfsfix", "mkfs.exfat", "fsck.exfat"],
+    ) {
+        return;
+    }
+    let state = State::new();
+    for fs in ["vfat", "ntfs", "exfat"] {
+        let image = Image::sfdisk(96 << 20, "label: dos\nstart=63, size=150000, type=7\n");
+        let part = tempfile::NamedTempFile::new().expect("temp");
+        part.as_file().set_len(150_000 * 512).expect("size");
+        let p = part.path().to_str().expect("utf-8");
+        match fs {
+            "vfat" => drop(run("mkfs.vfat", &["-F", "32", "-h", "63", p])),
+            "ntfs" => drop(run("mkntfs", &["-F", "-Q", "-p", "63", "-H", "255", "-S", "63", p])),
+            _ => drop(run("mkfs.exfat", &[p])),
+        }
+        let bytes = std::fs::read(part.path()).expect("read");
+        File::options()
+            .write(true)
+            .open(&image.path)
+            .unwrap()
+            .write_all_at(&bytes, 63 * 512)
+            .unwrap();
+        let new_start = move_and_check_contents(&state, &image);
+        let moved = tempfile::NamedTempFile::new().expect("temp");
+        let data = std::fs::read(&image.path).expect("read");
+        let from = (new_start * 512) as usize;
+        std::fs::write(moved.path(), &data[from..from + 150_000 * 512]).expect("write");
+        let m = moved.path().to_str().expect("utf-8");
+        match fs {
+            "vfat" => {
+                let out = run("fsck.vfat", &["-n", m]);
+                assert!(!text(&out).contains("differ"), "{}", text(&out));
+                let hidden = u32::from_le_bytes(data[from + 0x1C..from + 0x20].try_into().unwrap());
+                assert_eq!(u64::from(hidden), new_start);
+            }
+            "ntfs" => {
+                run("ntfsfix", &["-n", m]);
+                let hidden = u32::from_le_bytes(data[from + 0x1C..from + 0x20].try_into().unwrap());
+                assert_eq!(u64::from(hidden), new_start);
+            }
+            _ => drop(run("fsck.exfat", &["-n", m])),
+        }
+    }
+}
+
+/// Like [`move_and_check`], but the bytes change where the contents
+/// record their start: compare everything else.
+fn move_and_check_contents(state: &State, image: &Image) -> u64 {
+    let out = state.realign(&[image.str(), "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    run("sfdisk", &["--verify", image.str()]);
+    assert_eq!(state.audit(image.str()), 0);
+    sfdisk_part(image.str(), 1).0
+}
+
+#[test]
+fn no_room_names_the_shrink_and_a_boot_loader_gap_is_kept() {
+    if !needs(false, &["sfdisk", "mkfs.ext4"]) {
+        return;
+    }
+    let state = State::new();
+    // 63 + 8k sectors: the file system fills the partition to its last sector.
+    let image = Image::sfdisk((63 + 131_008) * 512, "label: dos\nstart=63, type=83\n");
+    let (_, size) = sfdisk_part(image.str(), 1);
+    mkfs_ext4(image.str(), 63, size, 512);
+    let grub = File::options().write(true).open(&image.path).unwrap();
+    // GRUB's core.img fills sectors 1-62: its tail is what moving left would hit.
+    grub.write_all_at(b"core.img stand-in", 60 * 512).unwrap();
+    let whole = sha(&image.path, 0, 63 + 131_008, 512);
+    for args in [vec![image.str()], vec![image.str(), "--yes"]] {
+        let out = state.realign(&args);
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        let said = text(&out);
+        assert!(said.contains("1 more sector") && said.contains("resize2fs"), "{said}");
+        assert!(said.contains("GRUB") && said.contains("--force"), "{said}");
+    }
+    assert_eq!(sha(&image.path, 0, 63 + 131_008, 512), whole, "a refusal wrote");
+    let forced = state.realign(&[image.str(), "--yes", "--force"]);
+    assert_eq!(code(&forced), 0, "{}", text(&forced));
+    assert_eq!(sfdisk_part(image.str(), 1).0, 56);
+}
+
+#[test]
+fn journals_in_memory_or_on_the_image_are_refused() {
+    if !needs(false, &["sfdisk"]) || !Path::new("/dev/shm").is_dir() {
+        return;
+    }
+    let state = State::new();
+    let image = Image::sfdisk(16 << 20, "label: dos\nstart=63, size=10000, type=83\n");
+    let whole = sha(&image.path, 0, (16 << 20) / 512, 512);
+    let shm = format!("/dev/shm/blkalign-test-{}.journal", std::process::id());
+    let out = state.realign(&[image.str(), "--yes", "--journal", &shm]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert!(text(&out).contains("tmpfs"), "{}", text(&out));
+    assert!(!Path::new(&shm).exists());
+    let out = state.realign(&[image.str(), "--yes", "--journal", image.str()]);
+    assert_eq!(code(&out), 2, "{}", text(&out));
+    assert_eq!(sha(&image.path, 0, (16 << 20) / 512, 512), whole);
+}
+
+/// Block devices, at 512 and 4096-byte logical sectors: the kernel is told
+/// of the new start and the file system mounts with its files intact.
+#[test]
+fn loop_devices_at_512_and_4096_bytes_per_sector() {
+    if !needs(true, &["losetup", "sfdisk", "partx", "mkfs.ext4", "mount"]) {
+        return;
+    }
+    for (ss, start, first) in [(512u64, 63u64, 34), (4096, 7, 6)] {
+        let state = State::new();
+        let image = Image::new(96 << 20);
+        let lo = Loop::attach(&image.path, ss as u32);
+        let script =
+            format!("label: gpt\nfirst-lba: {first}\nstart={start}, size={}\n", (48 << 20) / ss);
+        run_stdin("sfdisk", &["-q", "--no-reread", lo.str()], Some(&script));
+        lo.add_partitions(1);
+        let part = lo.partition(1);
+        run("mkfs.ext4", &["-q", "-F", part.to_str().unwrap()]);
+        let size = (48 << 20) / ss;
+        let before = sha(&lo.dev, start, size, ss);
+        // 4096-byte sectors are physically aligned anywhere: name it to reach 1 MiB.
+        let out = state.realign(&[lo.str(), "1", "--yes"]);
+        assert_eq!(code(&out), 0, "{ss}: {}", text(&out));
+        let (new_start, _) = sfdisk_part(lo.str(), 1);
+        assert_eq!(new_start * ss % (1 << 20), 0, "{ss}: on 1 MiB");
+        assert_eq!(sha(&lo.dev, new_start, size, ss), before);
+        let sys = format!("/sys/class/block/{}/start", part.file_name().unwrap().to_str().unwrap());
+        let kernel: u64 = std::fs::read_to_string(&sys).unwrap().trim().parse().unwrap();
+        assert_eq!(kernel * 512, new_start * ss, "{ss}: the kernel was told");
+        let mnt = tempfile::tempdir().unwrap();
+        run("mount", &["-o", "ro", part.to_str().unwrap(), mnt.path().to_str().unwrap()]);
+        let listed = std::fs::read_dir(mnt.path()).map(|d| d.count());
+        run("umount", &[mnt.path().to_str().unwrap()]);
+        assert!(listed.unwrap() >= 1, "lost+found at least");
+        assert!(common::parted_aligned(lo.str(), 1));
+    }
+}
+
+#[test]
+fn a_mounted_partition_or_a_journal_on_the_same_disk_is_refused() {
+    if !needs(true, &["losetup", "sfdisk", "partx", "mkfs.ext4", "mount"]) {
+        return;
+    }
+    let state = State::new();
+    let image = Image::sfdisk(
+        64 << 20,
+        "label: dos\nstart=63, size=40000, type=83\nstart=65536, type=83\n",
+    );
+    let lo = Loop::attach(&image.path, 512);
+    lo.add_partitions(2);
+    run("mkfs.ext4", &["-q", "-F", lo.partition(2).to_str().unwrap()]);
+    let mnt = tempfile::tempdir().unwrap();
+    let m = mnt.path().to_str().unwrap();
+    run("mount", &[lo.partition(2).to_str().unwrap(), m]);
+    let whole = sha(&lo.dev, 0, 65536, 512);
+    let journal = format!("{m}/j");
+    let on_disk = state.realign(&[lo.str(), "--yes", "--journal", &journal]);
+    let busy =
+        state.realign(&[lo.str(), "--yes", "--journal", "/var/tmp/blkalign-test-unused.journal"]);
+    run("umount", &[m]);
+    assert_eq!(code(&on_disk), 2, "{}", text(&on_disk));
+    assert!(text(&on_disk).contains("the disk being moved"), "{}", text(&on_disk));
+    assert_eq!(code(&busy), 2, "{}", text(&busy));
+    assert!(text(&busy).contains("mounted"), "{}", text(&busy));
+    assert_eq!(sha(&lo.dev, 0, 65536, 512), whole, "a refusal wrote");
+    let _ = std::fs::remove_file("/var/tmp/blkalign-test-unused.journal");
+}
+
+/// A bad sector in the middle: exit 2 with the LBA, the journal stands,
+/// audit says the move is unfinished, another partition's move is
+/// refused, and once the drive is healthy the same command finishes it.
+#[test]
+fn an_io_error_mid_move_is_finished_after_the_fault_is_gone() {
+    if !needs(true, &["nbdkit", "nbdfuse", "losetup", "sfdisk", "partx"]) {
+        return;
+    }
+    use common::emulate::EmulatedDrive;
+    let state = State::new();
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let platter = dir.path().join("platter");
+    let platter = platter.to_str().unwrap();
+    let script = "label: dos\nstart=63, size=60000, type=83\nstart=65600, size=20000, type=83\n";
+    let sum = {
+        let drive =
+            EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB", "--file", platter]);
+        run_stdin("sfdisk", &["-q", "--no-reread", drive.str()], Some(script));
+        let data: Vec<u8> =
+            (0..60000u32 * 512).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        let dev = File::options().write(true).open(&drive.device).unwrap();
+        dev.write_all_at(&data, 63 * 512).unwrap();
+        dev.sync_all().unwrap();
+        drop(dev);
+        let sum = sha(&drive.device, 63, 60000, 512);
+        drive.stop();
+        sum
+    };
+    let journal = {
+        let drive = EmulatedDrive::start(&[
+            "--preset",
+            "wd-ears",
+            "--file",
+            platter,
+            "--fail-lba",
+            "10000-10007",
+        ]);
+        let out = state.realign(&[drive.str(), "1", "--yes"]);
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        assert!(text(&out).contains("LBA 10000"), "names the LBA: {}", text(&out));
+        let journal = state.0.path().join(format!(
+            "journals/{}-p1.journal",
+            drive.device.file_name().unwrap().to_str().unwrap()
+        ));
+        let status = state.realign(&["--status", journal.to_str().unwrap()]);
+        assert_eq!(code(&status), 1, "{}", text(&status));
+        assert!(text(&status).contains("copying"), "{}", text(&status));
+        assert_eq!(state.audit(drive.str()), 2, "audit sees the unfinished move");
+        let other = state.realign(&[drive.str(), "2", "--yes"]);
+        assert_eq!(code(&other), 2);
+        assert!(text(&other).contains("unfinished move"), "{}", text(&other));
+        drive.stop();
+        journal
+    };
+    let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--file", platter]);
+    let out = state.realign(&[drive.str(), "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    let (new_start, _) = sfdisk_part(drive.str(), 1);
+    assert_eq!(sha(&drive.device, new_start, 60000, 512), sum);
+    let status = state.realign(&["--status", journal.to_str().unwrap()]);
+    assert!(text(&status).contains("finished"), "{}", text(&status));
+    assert_eq!(state.audit(drive.str()), 0);
+    drive.stop();
+}
