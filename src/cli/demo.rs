@@ -6,6 +6,7 @@
 
 use super::EXIT_OK;
 use anyhow::{bail, Context};
+use blkalign::bench::rng::Rng;
 use blkalign::table::write::{boot_sector, mbr_entry};
 use sha2::{Digest, Sha256};
 use std::fs::File;
@@ -125,17 +126,10 @@ fn write_old_table(file: &File, part_sectors: u64) -> anyhow::Result<()> {
 fn fill_partition(image: &Path, dir: &Path, start: u64, sectors: u64) -> anyhow::Result<String> {
     let files = dir.join("files");
     std::fs::create_dir_all(&files)?;
-    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut rng = Rng::new(0x2545_F491_4F6C_DD1D);
+    let mut random = |len: u64| -> Vec<u8> { (0..len).map(|_| rng.next_u64() as u8).collect() };
     for i in 0..8 {
-        let bytes: Vec<u8> = (0..1 << 20)
-            .map(|_| {
-                seed ^= seed << 13;
-                seed ^= seed >> 7;
-                seed ^= seed << 17;
-                seed as u8
-            })
-            .collect();
-        std::fs::write(files.join(format!("file{i}.bin")), bytes)?;
+        std::fs::write(files.join(format!("file{i}.bin")), random(1 << 20))?;
     }
     let mkfs = Command::new("mkfs.ext4")
         .args(["-q", "-F", "-d"])
@@ -149,14 +143,7 @@ fn fill_partition(image: &Path, dir: &Path, start: u64, sectors: u64) -> anyhow:
         return Ok("an ext4 file system with 8 MiB of files".into());
     }
     let file = File::options().write(true).open(image)?;
-    let mut data = vec![0u8; (sectors * SECTOR) as usize];
-    for b in data.iter_mut() {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        *b = seed as u8;
-    }
-    file.write_all_at(&data, start * SECTOR)?;
+    file.write_all_at(&random(sectors * SECTOR), start * SECTOR)?;
     Ok("random data (mkfs.ext4 not found)".into())
 }
 

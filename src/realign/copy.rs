@@ -64,23 +64,17 @@ fn read(
     m: &Move,
     what: &'static str,
 ) -> Result<(), MoveError> {
-    disk.read_at(buf, offset).or_else(|e| {
-        Err(first_bad(m, buf.len(), offset, e, |piece, at| disk.read_at(&mut buf[piece], at), what))
+    let len = buf.len();
+    disk.read_at(buf, offset).map_err(|e| {
+        first_bad(m, len, offset, e, |piece, at| disk.read_at(&mut buf[piece], at), what)
     })
 }
 
 /// Write `buf` at `offset`, naming the first failing sector on failure;
 /// rewriting pieces of the same bytes is harmless.
 fn write(disk: &dyn Disk, buf: &[u8], offset: u64, m: &Move) -> Result<(), MoveError> {
-    disk.write_at(buf, offset).or_else(|e| {
-        Err(first_bad(
-            m,
-            buf.len(),
-            offset,
-            e,
-            |piece, at| disk.write_at(&buf[piece], at),
-            "writing",
-        ))
+    disk.write_at(buf, offset).map_err(|e| {
+        first_bad(m, buf.len(), offset, e, |piece, at| disk.write_at(&buf[piece], at), "writing")
     })
 }
 
@@ -128,11 +122,12 @@ pub fn run(
 /// the journal (and committed) first.
 fn copy(disk: &dyn Disk, j: &mut Journal, tick: &mut dyn FnMut(u64)) -> Result<(), MoveError> {
     let m = j.record.clone();
-    let mut committed = j.state.cursor;
-    j.checksums.truncate(committed as usize);
+    let first = j.state.cursor;
+    let mut committed = first;
+    j.checksums.truncate(first as usize);
     let mut buf = AlignedBuf::new(m.chunk_bytes as usize, 0);
     let (mut dirty, mut last_commit) = (false, Instant::now());
-    for k in committed..m.chunks() {
+    for k in first..m.chunks() {
         let (rel, len) = m.chunk(k);
         let data = &mut buf.bytes_mut()[..len as usize];
         let src = m.old_start * m.sector_size + rel;

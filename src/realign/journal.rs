@@ -80,6 +80,10 @@ pub enum JournalError {
 /// An open journal and the state it last recorded.
 pub struct Journal {
     file: File,
+    /// The same file opened O_DIRECT, for the save areas: chunks skip the
+    /// page cache, which halves what a small shift costs. None where the
+    /// file system refuses O_DIRECT.
+    direct: Option<File>,
     path: PathBuf,
     pub record: Move,
     pub state: State,
@@ -108,6 +112,7 @@ impl Journal {
         file.write_all_at(&json, RECORD_AT).map_err(err)?;
         let state = State { sequence: 0, phase: Phase::Copying, cursor: 0, saved: None };
         let mut journal = Journal {
+            direct: open_direct(path),
             file,
             path: path.to_path_buf(),
             record,
@@ -165,9 +170,11 @@ impl Journal {
         let checksums =
             raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         let file = file.try_clone().map_err(|e| e.to_string())?;
+        let direct = open_direct(path);
         let path = path.to_path_buf();
         let (record_len, record_crc) = (h.record_len, h.record_crc);
         Ok(Journal {
+            direct,
             file,
             path,
             record,
@@ -209,8 +216,9 @@ impl Journal {
     /// the commit that names them flushes them).
     pub fn save(&mut self, chunk: u64, bytes: &[u8]) -> Result<Saved, JournalError> {
         let at = self.save_area(chunk);
-        self.file
-            .write_all_at(bytes, at)
+        let aligned = bytes.len() % 4096 == 0 && bytes.as_ptr().align_offset(4096) == 0;
+        let file = self.direct.as_ref().filter(|_| aligned).unwrap_or(&self.file);
+        file.write_all_at(bytes, at)
             .map_err(|source| JournalError::Io { path: self.path.clone(), source })?;
         Ok(Saved { chunk, len: bytes.len() as u64, crc: crc32fast::hash(bytes) })
     }
@@ -299,6 +307,15 @@ fn read_header(file: &File, slot: u64) -> Option<Header> {
     let mut buf = [0u8; HEADER_LEN];
     file.read_exact_at(&mut buf, slot * SLOT).ok()?;
     Header::decode(&buf)
+}
+
+fn open_direct(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    File::options().write(true).custom_flags(libc_o_direct()).open(path).ok()
+}
+
+fn libc_o_direct() -> i32 {
+    rustix::fs::OFlags::DIRECT.bits() as i32
 }
 
 /// A new file readable by its owner only (it may hold user data).

@@ -137,7 +137,7 @@ struct Fit<'a> {
 impl Fit<'_> {
     fn check(&self, start: u64) -> Result<(), Failure> {
         let fail = |why: String, missing_sectors| Err(Failure { why, missing_sectors });
-        let end = start.checked_add(self.p.size).unwrap_or(u64::MAX);
+        let end = start.saturating_add(self.p.size);
         if start < self.room.start {
             return fail(
                 format!("LBA {start} lies before the first free sector {}", self.room.start),
