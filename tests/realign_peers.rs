@@ -447,3 +447,41 @@ fn an_io_error_mid_move_is_finished_after_the_fault_is_gone() {
     assert_eq!(state.audit(drive.str()), 0);
     drive.stop();
 }
+
+/// A kill right after the journal appears, with the state record lost:
+/// the rerun finds the journal beside the image and finishes the move;
+/// rerunning the finished command is a no-op, not an error.
+#[test]
+fn a_journal_without_its_record_is_found_and_a_finished_move_is_a_no_op() {
+    if !needs(false, &["sfdisk"]) {
+        return;
+    }
+    let state = State::new();
+    let image = Image::sfdisk(320 << 20, "label: dos\nstart=63, size=600000, type=83\n");
+    let data: Vec<u8> =
+        (0..600_000u32 * 512).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    File::options().write(true).open(&image.path).unwrap().write_all_at(&data, 63 * 512).unwrap();
+    let before = sha(&image.path, 63, 600_000, 512);
+    let journal = format!("{}.blkalign-p1.journal", image.str());
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_blkalign"))
+        .env("BLKALIGN_STATE_DIR", state.0.path())
+        .args(["realign", image.str(), "1", "--to", "64", "--yes"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !Path::new(&journal).exists() && started.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_dir_all(state.0.path().join("realign")).unwrap();
+    let rerun = state.realign(&[image.str(), "1", "--to", "64", "--yes"]);
+    assert_eq!(code(&rerun), 0, "{}", text(&rerun));
+    assert_eq!(sfdisk_part(image.str(), 1).0, 64);
+    assert_eq!(sha(&image.path, 64, 600_000, 512), before);
+    let again = state.realign(&[image.str(), "1", "--to", "64", "--yes"]);
+    assert_eq!(code(&again), 0, "{}", text(&again));
+    assert!(text(&again).contains("nothing to move"), "{}", text(&again));
+}

@@ -168,7 +168,42 @@ impl Disk {
             }
             return Ok(Some(j));
         }
-        Ok(state::unfinished_on(&self.reader, &self.identity).map(|(_, j)| j))
+        if let Some((_, j)) = state::unfinished_on(&self.reader, &self.identity) {
+            return Ok(Some(j));
+        }
+        // A kill between creating the journal and recording it leaves a
+        // journal at its default place with no record pointing at it.
+        Ok(self.default_journals().into_iter().find_map(|path| {
+            let j = Journal::open(&path).ok()?;
+            let applies = state::applies(&j.record, &self.reader, &self.identity);
+            (j.state.phase != Phase::Done && applies).then_some(j)
+        }))
+    }
+
+    /// Journals at the default places of this target's partitions.
+    fn default_journals(&self) -> Vec<PathBuf> {
+        let pattern = self.journal_path_default(0);
+        let (Some(dir), Some(name)) = (pattern.parent(), pattern.file_name()) else {
+            return Vec::new();
+        };
+        let name = name.to_string_lossy();
+        let (prefix, suffix) = name.split_once("-p0").unwrap_or((&name, ""));
+        let Ok(entries) =
+            std::fs::read_dir(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })
+        else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| {
+                n.strip_prefix(prefix)
+                    .and_then(|rest| rest.strip_prefix("-p"))
+                    .and_then(|rest| rest.strip_suffix(suffix))
+                    .is_some_and(|num| num.parse::<u32>().is_ok())
+            })
+            .map(|n| dir.join(n))
+            .collect()
     }
 
     /// The partitions to move: those named, or every misaligned one.
@@ -256,6 +291,9 @@ impl Disk {
         for placed in self.place_all(args, &wanted)? {
             let item = match placed {
                 Ok(placement) => self.planned(args, &layout, &placement)?,
+                Err(err @ PlaceError::AlreadyAligned(n, ..)) => {
+                    Planned { partition: n, notes: vec![err.to_string()], ..Planned::default() }
+                }
                 Err(err) => {
                     refused = true;
                     self.refusal(&layout, err)
@@ -350,9 +388,10 @@ impl Disk {
     }
 
     fn journal_path(&self, args: &Args, n: u32) -> PathBuf {
-        if let Some(j) = &args.journal {
-            return j.clone();
-        }
+        args.journal.clone().unwrap_or_else(|| self.journal_path_default(n))
+    }
+
+    fn journal_path_default(&self, n: u32) -> PathBuf {
         match (&self.target.kind, &self.target.name) {
             (TargetKind::Disk, Some(name)) => {
                 state::journal_dir().join(format!("{name}-p{n}.journal"))
@@ -369,6 +408,10 @@ impl Disk {
         for placed in self.place_all(args, &wanted)? {
             let placement = match placed {
                 Ok(p) => p,
+                Err(err @ PlaceError::AlreadyAligned(..)) => {
+                    eprintln!("{err}");
+                    continue;
+                }
                 Err(err) => {
                     let layout = self.layout()?;
                     bail!("{}", self.refusal(&layout, err).refused.unwrap_or_default());
@@ -416,11 +459,13 @@ impl Disk {
             }
             std::fs::remove_file(&path)?;
         }
-        let journal = Journal::create(&path, prepared.record.clone())?;
-        let absolute = std::fs::canonicalize(&path)?;
+        // The record first: one pointing at a journal not yet made is
+        // ignored, while a journal with no record could be missed.
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let absolute = std::fs::canonicalize(dir)?.join(path.file_name().unwrap_or_default());
         state::add(&absolute, &prepared.record)
             .context("recording the move in the state directory")?;
-        Ok(journal)
+        Ok(Journal::create(&path, prepared.record.clone())?)
     }
 
     /// Run (or resume) the move in `journal` to the end.
@@ -616,6 +661,10 @@ fn print_plan(out: &PlanOutput, json: bool) -> anyhow::Result<()> {
         let head = format!("{}: partition {}", out.target.display(), m.partition);
         if let Some(why) = &m.refused {
             text += &format!("{head}: cannot move: {why}\n");
+            continue;
+        }
+        if m.direction.is_none() {
+            text += &format!("{head}: {}\n", m.notes.join("; "));
             continue;
         }
         let contents = m.contents.as_deref().unwrap_or("contents not recognised");

@@ -36,7 +36,7 @@ pub enum PlaceError {
     NotFound(u32),
     #[error("partition {0} cannot be moved: {1}")]
     CannotMove(u32, String),
-    #[error("partition {0} already starts on a {1}-byte boundary (LBA {2}): nothing to move")]
+    #[error("partition {0} already starts on a {1}-byte boundary at LBA {2}: nothing to move")]
     AlreadyAligned(u32, u64, u64),
     #[error("partition {partition} does not fit at an aligned start: {why}")]
     NoRoom {
@@ -175,7 +175,7 @@ impl Fit<'_> {
     fn explicit(&self, to: u64, geometry: &Geometry) -> Result<u64, PlaceError> {
         let n = self.p.number;
         if to == self.p.start {
-            return Err(PlaceError::CannotMove(n, format!("it already starts at LBA {to}")));
+            return Err(PlaceError::AlreadyAligned(n, geometry.physical, to));
         }
         let judged = geometry.judge(to, self.p.size);
         if !judged.is_some_and(|v| v.aligned_physical) {
