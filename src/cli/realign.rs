@@ -370,6 +370,12 @@ impl Disk {
                     missing * ss
                 )
             );
+            if self.target.kind == TargetKind::Image {
+                why += &format!(
+                    " (/dev/loopX: the image attached with `losetup -fP {}`)",
+                    self.target.path.display()
+                );
+            }
         }
         Planned { partition, refused: Some(why), ..Planned::default() }
     }
@@ -671,10 +677,11 @@ fn print_plan(out: &PlanOutput, json: bool) -> anyhow::Result<()> {
         let shift = m.new_start.abs_diff(m.old_start);
         let direction = if m.new_start > m.old_start { "right" } else { "left" };
         text += &format!(
-            "{head} ({contents}, {}): LBA {} -> {} ({direction} by {shift} sectors)\n",
+            "{head} ({contents}, {}): LBA {} -> {} ({direction} by {shift} sector{})\n",
             human_size(m.bytes),
             m.old_start,
-            m.new_start
+            m.new_start,
+            if shift == 1 { "" } else { "s" }
         );
         if let Some([first, last]) = m.room {
             text += &format!(

@@ -107,12 +107,22 @@ impl Journal {
     pub fn create(path: &Path, record: Move) -> Result<Journal, JournalError> {
         let err = |source| JournalError::Io { path: path.to_path_buf(), source };
         let json = serde_json::to_vec(&record).map_err(|e| err(e.into()))?;
-        let file = create_private(path).map_err(err)?;
+        // Made under a temporary name and renamed once its headers are on
+        // disk, so a journal at `path` always has them. A leftover temporary
+        // one is from a kill before the rename: nothing had touched the disk.
+        let mut fresh = path.as_os_str().to_owned();
+        fresh.push(".new");
+        let fresh = std::path::PathBuf::from(fresh);
+        match std::fs::remove_file(&fresh) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(err(e)),
+            _ => {}
+        }
+        let file = create_private(&fresh).map_err(err)?;
         let (table_at, save_at) = layout(json.len() as u64, record.chunks());
         file.write_all_at(&json, RECORD_AT).map_err(err)?;
         let state = State { sequence: 0, phase: Phase::Copying, cursor: 0, saved: None };
         let mut journal = Journal {
-            direct: open_direct(path),
+            direct: None,
             file,
             path: path.to_path_buf(),
             record,
@@ -127,7 +137,12 @@ impl Journal {
         journal.write_header(State { sequence: 1, ..state }, &[])?;
         journal.state.sequence = 1;
         journal.file.sync_all().map_err(err)?;
+        if path.exists() {
+            return Err(err(std::io::ErrorKind::AlreadyExists.into()));
+        }
+        std::fs::rename(&fresh, path).map_err(err)?;
         sync_dir(path).map_err(err)?;
+        journal.direct = open_direct(path);
         Ok(journal)
     }
 
@@ -385,5 +400,11 @@ mod tests {
         let err = Journal::open(j.path()).err().unwrap().to_string();
         assert!(err.contains("record"), "{err}");
         assert!(Journal::create(j.path(), sample_move()).is_err(), "never overwrites");
+        // A kill before the rename leaves only the temporary file, replaced.
+        let stray = dir.path().join("m.new");
+        std::fs::write(&stray, b"half a journal").unwrap();
+        Journal::create(&dir.path().join("m"), sample_move()).unwrap();
+        assert!(!stray.exists());
+        assert!(Journal::open(&dir.path().join("m")).is_ok());
     }
 }
