@@ -380,7 +380,8 @@ fn a_mounted_partition_or_a_journal_on_the_same_disk_is_refused() {
     assert_eq!(code(&busy), 2, "{}", text(&busy));
     assert!(text(&busy).contains("mounted"), "{}", text(&busy));
     assert_eq!(sha(&lo.dev, 0, 65536, 512), whole, "a refusal wrote");
-    let _ = std::fs::remove_file("/var/tmp/blkalign-test-unused.journal");
+    assert!(!Path::new("/var/tmp/blkalign-test-unused.journal").exists(), "refused, yet journaled");
+    assert_eq!(state.audit(lo.str()), 1, "misaligned, and no unfinished move recorded");
 }
 
 /// A bad sector in the middle: exit 2 with the LBA, the journal stands,

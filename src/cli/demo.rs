@@ -83,8 +83,7 @@ fn state_friendly_tmp() -> PathBuf {
 fn image_story(dir: &Path, size: u64) -> anyhow::Result<()> {
     let image = dir.join("disk.img");
     let sectors = size / SECTOR;
-    let part_sectors =
-        (sectors / CYLINDER * CYLINDER).checked_sub(OLD_START).context("--size too small")?;
+    let part_sectors = old_partition_sectors(sectors)?;
     println!(
         "== A {} disk image, partitioned as fdisk did before 2010 ==",
         blkalign::report::human_size(size)
@@ -111,6 +110,12 @@ fn image_story(dir: &Path, size: u64) -> anyhow::Result<()> {
         fsck(&image, new_start)?;
     }
     Ok(())
+}
+
+/// From LBA 63 to the last whole cylinder, as old fdisk made it.
+fn old_partition_sectors(sectors: u64) -> anyhow::Result<u64> {
+    let end = sectors / CYLINDER * CYLINDER;
+    end.checked_sub(OLD_START).filter(|&n| n > 0).context("--size is too small: give at least 8MiB")
 }
 
 /// An MBR with one Linux partition from LBA 63 to the last whole cylinder.
@@ -229,7 +234,7 @@ fn drive_story(dir: &Path, size: u64) -> anyhow::Result<()> {
     let drive = Drive::start(size)?;
     let dev = drive.device.clone();
     let sectors = size / SECTOR;
-    let part_sectors = (sectors / CYLINDER * CYLINDER) - OLD_START;
+    let part_sectors = old_partition_sectors(sectors)?;
     write_old_table(&File::options().write(true).open(&dev)?, part_sectors)?;
     let contents = fill_partition(&dev, dir, OLD_START, part_sectors)?;
     let _ = Command::new("partx").arg("-a").arg(&dev).status();

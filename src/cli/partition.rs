@@ -176,19 +176,9 @@ fn save_backup(
         f.write_all(&bytes)?;
         f.sync_all()?;
     }
-    sync_dir_of(&path)?;
+    // The sidecar sits beside the backup: one directory flush covers both.
+    exclusive::sync_parent(&path).context("flushing the backup's directory")?;
     Ok(path)
-}
-
-/// fsync the directory holding `path`, so its new entry survives a crash
-/// (the sidecar sits beside it, in the same directory).
-fn sync_dir_of(path: &Path) -> anyhow::Result<()> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let synced = File::open(dir).and_then(|d| d.sync_all());
-    synced.with_context(|| format!("flushing the directory {} of the backup", dir.display()))
 }
 
 fn create_new(path: &Path) -> anyhow::Result<File> {

@@ -265,10 +265,7 @@ impl Disk {
 
     fn place_one(&self, layout: &Layout, req: Request) -> Result<Placement, PlaceError> {
         let ss = layout.sector_size;
-        let nonzero = |lbas: std::ops::Range<u64>| {
-            let mut buf = vec![0u8; ((lbas.end - lbas.start) * ss) as usize];
-            self.reader.read_exact_at_or_true(&mut buf, lbas.start * ss)
-        };
+        let nonzero = |lbas| holds_data(&self.reader, lbas, ss);
         let sectors = self.topology.size_bytes / ss;
         let placed = place::place(layout, &self.geometry, sectors, &req, &nonzero)?;
         if !req.force {
@@ -411,6 +408,14 @@ impl Disk {
     }
 
     fn move_all(&self, args: &Args, wanted: Vec<u32>) -> anyhow::Result<u8> {
+        // Every refusal comes before any journal exists, so none leaves an
+        // "unfinished" move behind. All journals of a run share a directory.
+        let first = self.journal_path(args, wanted.first().copied().unwrap_or(1));
+        if let Some(dir) = first.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        guard::journal_location(&self.root, &self.target, &first).map_err(anyhow::Error::msg)?;
+        exclusive::check_unused(&self.root, &self.target)?;
         for placed in self.place_all(args, &wanted)? {
             let placement = match placed {
                 Ok(p) => p,
@@ -451,10 +456,6 @@ impl Disk {
 
     fn create_journal(&self, args: &Args, prepared: &Prepared) -> anyhow::Result<Journal> {
         let path = self.journal_path(args, prepared.record.partition);
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        guard::journal_location(&self.root, &self.target, &path).map_err(anyhow::Error::msg)?;
         if path.exists() {
             let old = Journal::open(&path)?;
             if old.state.phase != Phase::Done {
@@ -574,16 +575,22 @@ fn moved_error(err: MoveError, journal: &Journal) -> anyhow::Error {
     )
 }
 
-trait ReadOrTrue {
-    /// Whether the bytes there are non-zero; unreadable counts as non-zero.
-    fn read_exact_at_or_true(&self, buf: &mut [u8], offset: u64) -> bool;
-}
-
-impl ReadOrTrue for File {
-    fn read_exact_at_or_true(&self, buf: &mut [u8], offset: u64) -> bool {
-        use std::os::unix::fs::FileExt;
-        self.read_exact_at(buf, offset).map_or(true, |()| buf.iter().any(|&b| b != 0))
+/// Whether any of sectors `lbas` holds a non-zero byte, read a MiB at a
+/// time; unreadable counts as holding data.
+fn holds_data(file: &File, lbas: std::ops::Range<u64>, ss: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let (Some(mut at), Some(end)) = (lbas.start.checked_mul(ss), lbas.end.checked_mul(ss)) else {
+        return true;
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    while at < end {
+        let len = (end - at).min(buf.len() as u64) as usize;
+        if file.read_exact_at(&mut buf[..len], at).is_err() || buf[..len].iter().any(|&b| b != 0) {
+            return true;
+        }
+        at += len as u64;
     }
+    false
 }
 
 /// Bytes per second reading up to 64 MiB (at most half a second) of the

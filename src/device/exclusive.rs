@@ -120,6 +120,16 @@ fn claimed(node: &Path) -> bool {
     matches!(rustix::fs::open(node, flags, Mode::empty()), Err(Errno::BUSY))
 }
 
+/// fsync the directory holding `path`, so a file just created or renamed
+/// there survives a crash.
+pub fn sync_parent(path: &Path) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    File::open(dir)?.sync_all()
+}
+
 /// The loop device whose backing file is `image`, if any.
 pub(crate) fn loop_backed_by(root: &SysRoot, image: &Path) -> Option<String> {
     let image = fs::canonicalize(image).ok()?;

@@ -106,6 +106,7 @@ impl Journal {
     /// flushed with its directory before the target is touched.
     pub fn create(path: &Path, record: Move) -> Result<Journal, JournalError> {
         let err = |source| JournalError::Io { path: path.to_path_buf(), source };
+        record.validate().map_err(|why| JournalError::Corrupt { path: path.to_path_buf(), why })?;
         let json = serde_json::to_vec(&record).map_err(|e| err(e.into()))?;
         // Made under a temporary name and renamed once its headers are on
         // disk, so a journal at `path` always has them. A leftover temporary
@@ -141,7 +142,7 @@ impl Journal {
             return Err(err(std::io::ErrorKind::AlreadyExists.into()));
         }
         std::fs::rename(&fresh, path).map_err(err)?;
-        sync_dir(path).map_err(err)?;
+        crate::device::exclusive::sync_parent(path).map_err(err)?;
         journal.direct = open_direct(path);
         Ok(journal)
     }
@@ -172,6 +173,7 @@ impl Journal {
             return Err("the move record's CRC does not match".into());
         }
         let record: Move = serde_json::from_slice(&json).map_err(|e| e.to_string())?;
+        record.validate().map_err(|e| format!("the move record is invalid: {e}"))?;
         let chunks = record.chunks();
         if h.state.cursor > chunks {
             return Err(format!("cursor {} past the last of {chunks} chunks", h.state.cursor));
@@ -337,14 +339,6 @@ fn libc_o_direct() -> i32 {
 fn create_private(path: &Path) -> std::io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     File::options().read(true).write(true).create_new(true).mode(0o600).open(path)
-}
-
-fn sync_dir(path: &Path) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]

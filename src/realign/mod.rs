@@ -72,6 +72,41 @@ pub enum Direction {
 }
 
 impl Move {
+    /// Check a record before trusting it (one read back from a journal may
+    /// be anything): every offset the move computes must lie on the disk,
+    /// so the arithmetic that follows cannot overflow.
+    pub fn validate(&self) -> Result<(), String> {
+        let ss = self.sector_size;
+        if !crate::units::is_sector_size(ss, 4096) {
+            return Err(format!("sector size {ss}"));
+        }
+        if self.chunk_bytes == 0 || self.chunk_bytes % ss != 0 || self.chunk_bytes > 64 << 20 {
+            return Err(format!("chunk size {}", self.chunk_bytes));
+        }
+        let disk = self.identity.size_bytes;
+        let fits = |start: u64| {
+            start
+                .checked_add(self.sectors)
+                .and_then(|e| e.checked_mul(ss))
+                .is_some_and(|e| e <= disk)
+        };
+        if self.sectors == 0 || !fits(self.old_start) || !fits(self.new_start) {
+            return Err("the partition lies beyond the disk".into());
+        }
+        for w in &self.writes {
+            let len = w.old.len() as u64;
+            let end = w.offset.checked_add(len);
+            if w.new.len() != w.old.len()
+                || len % ss != 0
+                || w.offset % ss != 0
+                || end.is_none_or(|e| e > disk)
+            {
+                return Err(format!("the {} write at byte {} is malformed", w.what, w.offset));
+            }
+        }
+        Ok(())
+    }
+
     pub fn bytes(&self) -> u64 {
         self.sectors.saturating_mul(self.sector_size)
     }
@@ -182,8 +217,8 @@ pub(crate) mod tests {
             contents: Some("ext4".into()),
             writes: vec![Write {
                 offset: 0,
-                old: vec![0, 0xAB],
-                new: vec![1, 2],
+                old: [&[0, 0xAB][..], &[0; 510]].concat(),
+                new: [&[1, 2][..], &[0; 510]].concat(),
                 what: "mbr".into(),
             }],
         }
@@ -193,9 +228,30 @@ pub(crate) mod tests {
     fn the_record_survives_json() {
         let m = sample_move();
         let json = serde_json::to_string(&m).unwrap();
-        assert!(json.contains("\"00ab\""), "{json}");
+        assert!(json.contains("\"old\":\"00ab00"), "{json}");
         assert_eq!(serde_json::from_str::<Move>(&json).unwrap(), m);
         assert!(serde_json::from_str::<Move>(&json.replace("00ab", "0ab")).is_err());
+        m.validate().unwrap();
+    }
+
+    #[test]
+    fn records_that_would_overflow_are_rejected() {
+        let m = sample_move();
+        for bad in [
+            Move { sector_size: 100, ..m.clone() },
+            Move { chunk_bytes: 0, ..m.clone() },
+            Move { chunk_bytes: 1 << 30, ..m.clone() },
+            Move { new_start: u64::MAX - 5, ..m.clone() },
+            Move { sectors: u64::MAX / 2, ..m.clone() },
+            Move { sectors: 0, ..m.clone() },
+            Move {
+                writes: vec![Write { offset: u64::MAX - 100, ..m.writes[0].clone() }],
+                ..m.clone()
+            },
+            Move { writes: vec![Write { new: vec![1], ..m.writes[0].clone() }], ..m.clone() },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
     }
 
     #[test]

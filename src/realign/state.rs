@@ -52,7 +52,7 @@ pub fn add(journal: &Path, m: &Move) -> std::io::Result<()> {
     f.write_all(&serde_json::to_vec_pretty(&record)?)?;
     f.sync_all()?;
     fs::rename(&tmp, &path)?;
-    fs::File::open(dir())?.sync_all()
+    crate::device::exclusive::sync_parent(&path)
 }
 
 /// Forget the record of a finished move.
