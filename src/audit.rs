@@ -4,7 +4,8 @@ use crate::align::{Class, Geometry, Verdict};
 use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology};
 use crate::probe;
 use crate::realign;
-use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem};
+use crate::stack::Contents;
+use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem, Severity};
 use serde::Serialize;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,12 @@ pub struct Options {
 pub enum TableState {
     Mbr,
     Gpt,
+    Bsd,
+    Sun,
+    Sgi,
+    Mac,
+    /// A scheme recognised but not audited: exit 2.
+    Unsupported,
     None,
     /// The table could not be read; partitions come from the kernel.
     Unknown,
@@ -36,6 +43,11 @@ impl TableState {
         match self {
             TableState::Mbr => "mbr",
             TableState::Gpt => "gpt",
+            TableState::Bsd => "bsd",
+            TableState::Sun => "sun",
+            TableState::Sgi => "sgi",
+            TableState::Mac => "mac",
+            TableState::Unsupported => "unsupported",
             TableState::None => "none",
             TableState::Unknown => "unknown",
         }
@@ -47,6 +59,11 @@ impl From<Label> for TableState {
         match label {
             Label::Mbr => TableState::Mbr,
             Label::Gpt => TableState::Gpt,
+            Label::Bsd => TableState::Bsd,
+            Label::Sun => TableState::Sun,
+            Label::Sgi => TableState::Sgi,
+            Label::Mac => TableState::Mac,
+            Label::Unsupported => TableState::Unsupported,
             Label::None => TableState::None,
         }
     }
@@ -92,6 +109,10 @@ pub struct DiskAudit {
     pub structures: Vec<StructureAudit>,
     pub gpt: Option<GptInfo>,
     pub mbr: Option<MbrInfo>,
+    /// The scheme of an unsupported table ("atari", "amiga", ...).
+    pub scheme: Option<&'static str>,
+    /// What starts at byte 0 of a disk without a table.
+    pub contents: Option<Contents>,
     /// Why part of this target could not be checked.
     pub error: Option<String>,
 }
@@ -114,6 +135,8 @@ impl DiskAudit {
             structures: Vec::new(),
             gpt: None,
             mbr: None,
+            scheme: None,
+            contents: None,
             error: None,
         }
     }
@@ -126,6 +149,11 @@ impl DiskAudit {
             .filter(|p| p.partition.kind != PartKind::Extended)
             .map(|p| p.verdict.verdict)
             .max()
+    }
+
+    /// Some problem makes data unreachable or not where the table says.
+    pub fn has_errors(&self) -> bool {
+        self.problems.iter().any(|p| p.severity == Severity::Error)
     }
 }
 
@@ -221,20 +249,20 @@ fn apply_probe(topology: &mut Topology, root: &SysRoot, file: &File, path: &Path
 /// could not be read (the error is in `audit`).
 fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Option<Vec<Partition>> {
     let sector = topology.logical_sector_size.value;
-    if topology.size_bytes < sector.saturating_mul(2) {
-        audit.table = TableState::None;
-        audit.problems.push(Problem::new(
-            "too_small",
-            format!("{} bytes: too small to hold a partition table", topology.size_bytes),
-        ));
-        return Some(Vec::new());
-    }
     match table::read(file, sector, topology.size_bytes) {
         Ok(layout) => {
             audit.table = layout.label.into();
             audit.problems = layout.problems;
             audit.gpt = layout.gpt;
             audit.mbr = layout.mbr;
+            audit.scheme = layout.scheme;
+            audit.contents = layout.contents;
+            if let Some(scheme) = audit.scheme {
+                audit.error = Some(format!(
+                    "holds a {scheme} partition table, which blkalign recognises but does not \
+                     audit"
+                ));
+            }
             Some(layout.partitions)
         }
         Err(err) => {

@@ -67,22 +67,34 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     };
     let format = if args.json { Format::Json } else { args.format };
     let text = match format {
-        Format::Table => report::human(&audits, color_wanted()),
+        // A target never found is nothing but its error, said once below.
+        Format::Table => {
+            let found: Vec<DiskAudit> =
+                audits.iter().filter(|a| a.kind.is_some()).cloned().collect();
+            report::human(&found, color_wanted())
+        }
         Format::Json => report::json(&audits),
         Format::Prometheus => report::prometheus(&audits, now()),
     };
     super::emit(&text)?;
     for a in audits.iter().filter(|a| a.error.is_some()) {
-        eprintln!("blkalign: {}: {}", a.path.display(), a.error.as_deref().unwrap_or_default());
+        let error = a.error.as_deref().unwrap_or_default();
+        // Errors finding or opening the target already name it.
+        let path = format!("{}: ", a.path.display());
+        eprintln!("blkalign: {}{error}", if error.starts_with(&path) { "" } else { &path });
     }
     Ok(exit_code(&audits, args.strict))
 }
 
 /// 2 if anything could not be checked, else 1 if anything is misaligned
-/// (or, with --strict, suboptimal), else 0.
+/// (or, with --strict, suboptimal) or a table problem puts data out of
+/// reach, else 0.
 fn exit_code(audits: &[DiskAudit], strict: bool) -> u8 {
     if audits.iter().any(|a| a.error.is_some()) {
         return EXIT_ERROR;
+    }
+    if audits.iter().any(DiskAudit::has_errors) {
+        return EXIT_PROBLEM;
     }
     let worst = audits.iter().filter_map(DiskAudit::worst).max();
     match worst {

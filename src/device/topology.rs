@@ -1,6 +1,7 @@
 //! Building a Topology from sysfs, ioctls, quirks, images and overrides,
 //! keeping for every value the source that vouched for it.
 
+use crate::table::SectorGuess;
 use super::quirks::quirk_for;
 use super::sysfs::{read_text, read_u64, SysRoot};
 use super::{ioctl, DeviceError, Overrides, Source, Sourced, Target, TargetKind, Topology};
@@ -232,9 +233,18 @@ fn image_topology(target: &Target, file: Option<&File>) -> Result<Topology, Devi
         None => std::fs::metadata(&target.path),
     };
     let meta = meta.map_err(|e| DeviceError::from_io(&target.path, e))?;
-    let logical = match file.and_then(|f| crate::table::detect_sector_size(f, meta.len())) {
-        Some(size) => Sourced::new(size, Source::Table),
-        None => Sourced::new(512, Source::Assumed),
+    let mut notes = Vec::new();
+    let guess = file.map(|f| crate::table::detect_sector_size(f, meta.len()));
+    let logical = match guess.unwrap_or(SectorGuess::Unknown) {
+        SectorGuess::Known(size, why) => {
+            notes.extend(why.map(|why| format!("logical sector size {size} from the table: {why}")));
+            Sourced::new(size, Source::Table)
+        }
+        SectorGuess::Unsure(why) => {
+            notes.push(why.to_string());
+            Sourced::new(512, Source::Assumed)
+        }
+        SectorGuess::Unknown => Sourced::new(512, Source::Assumed),
     };
     Ok(Topology {
         logical_sector_size: logical,
@@ -247,7 +257,7 @@ fn image_topology(target: &Target, file: Option<&File>) -> Result<Topology, Devi
         vendor: None,
         model: None,
         serial: None,
-        notes: Vec::new(),
+        notes,
     })
 }
 

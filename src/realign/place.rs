@@ -63,6 +63,9 @@ pub fn place(
         PartKind::Primary | PartKind::Logical | PartKind::Gpt => {}
         PartKind::Extended => return Err(cannot("it is an extended container; move its logicals")),
         PartKind::Unknown => return Err(cannot("the table could not be read")),
+        PartKind::Bsd | PartKind::Sun | PartKind::Sgi | PartKind::Mac => {
+            return Err(cannot("only MBR and GPT partitions can be moved"))
+        }
     }
     let room = room(layout, p, disk_sectors).map_err(|why| cannot(&why))?;
     let first = p.kind != PartKind::Logical

@@ -5,7 +5,7 @@ use super::human_size;
 use crate::align::Class;
 use crate::audit::{DiskAudit, PartitionAudit};
 use crate::device::{Source, Sourced, Topology};
-use crate::table::{types, PartKind};
+use crate::table::{types, PartKind, Severity};
 use comfy_table::{presets, Cell, CellAlignment, Color, Table};
 use std::fmt::Write;
 
@@ -32,8 +32,17 @@ fn disk(out: &mut String, a: &DiskAudit, color: bool) {
     if let Some(err) = &a.error {
         let _ = writeln!(out, "  error: {err}");
     }
+    if let Some(c) = &a.contents {
+        let label = c.label.as_deref().map(|l| format!(" labelled {l:?}")).unwrap_or_default();
+        let _ = writeln!(out, "  holds: {}{label} from byte 0, with no partition table", c.name);
+    }
     for p in &a.problems {
-        let _ = writeln!(out, "  problem: {}", p.message);
+        let word = match p.severity {
+            Severity::Error => "problem",
+            Severity::Warning => "warning",
+            Severity::Info => "info",
+        };
+        let _ = writeln!(out, "  {word}: {}", p.message);
     }
     if !a.partitions.is_empty() {
         for line in partition_table(a, color).lines() {
@@ -75,7 +84,10 @@ fn heading(a: &DiskAudit) -> String {
         }
         parts.push(human_size(t.size_bytes));
     }
-    parts.push(format!("table: {}", a.table.as_str()));
+    match a.scheme {
+        Some(scheme) => parts.push(format!("table: {} ({scheme})", a.table.as_str())),
+        None => parts.push(format!("table: {}", a.table.as_str())),
+    }
     parts.join("  ")
 }
 

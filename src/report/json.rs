@@ -3,6 +3,7 @@
 use crate::align::Class;
 use crate::audit::{DiskAudit, PartSource, PartitionAudit, StructureAudit, TableState};
 use crate::device::{Source, TargetKind};
+use crate::stack::Contents;
 use crate::table::{PartKind, Problem};
 use serde::Serialize;
 use std::path::Path;
@@ -35,6 +36,10 @@ struct Target<'a> {
     model: Option<&'a str>,
     serial: Option<&'a str>,
     table: TableState,
+    /// The scheme when `table` is "unsupported".
+    scheme: Option<&'a str>,
+    /// What starts at byte 0 when `table` is "none".
+    contents: Option<&'a Contents>,
     problems: &'a [Problem],
     notes: &'a [String],
     error: Option<&'a str>,
@@ -95,6 +100,8 @@ fn target(a: &DiskAudit) -> Target<'_> {
         model: t.and_then(|t| t.model.as_deref()),
         serial: t.and_then(|t| t.serial.as_deref()),
         table: a.table,
+        scheme: a.scheme,
+        contents: a.contents.as_ref(),
         problems: &a.problems,
         notes: t.map(|t| t.notes.as_slice()).unwrap_or_default(),
         error: a.error.as_deref(),

@@ -1,7 +1,7 @@
 //! node_exporter's textfile-collector format.
 
 use crate::audit::{DiskAudit, PartitionAudit};
-use crate::table::PartKind;
+use crate::table::{PartKind, Severity};
 use std::fmt::Write;
 
 /// `now` is the audit time in seconds since the epoch.
@@ -57,6 +57,15 @@ pub fn render(audits: &[DiskAudit], now: f64) -> String {
             None,
             u8::from(a.error.is_some()),
         );
+    }
+    family(
+        &mut out,
+        "blkalign_disk_table_errors",
+        "Table problems that put data out of Linux's reach (overlaps, beyond the end, ignored GPT).",
+    );
+    for a in audits {
+        let errors = a.problems.iter().filter(|p| p.severity == Severity::Error).count();
+        sample(&mut out, "blkalign_disk_table_errors", &a.path.to_string_lossy(), None, errors);
     }
     family(
         &mut out,

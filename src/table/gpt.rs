@@ -325,7 +325,10 @@ pub(crate) fn read_into(
             (p, 1, false)
         }
         (Err(why), Ok(b)) => {
-            let msg = format!("primary GPT {why}; using the backup at LBA {backup_lba}");
+            let msg = format!(
+                "primary GPT {why}; using the backup at LBA {backup_lba}. Linux reads the backup \
+                 only when booted with `gpt`: without it, it sees no partitions here"
+            );
             problems.push(Problem::new("gpt_primary_invalid", msg));
             (b, backup_lba, true)
         }
@@ -383,6 +386,16 @@ fn compare(p: &Table, b: &Table, problems: &mut Vec<Problem>) {
 fn check_placement(h: &Header, used_backup: bool, sectors: u64, problems: &mut Vec<Problem>) {
     let last = sectors.saturating_sub(1);
     let backup_at = if used_backup { h.my_lba } else { h.alternate_lba };
+    // Linux's is_gpt_valid: a header whose usable range runs past the
+    // device is rejected, and the backup is only read through a valid primary.
+    if !used_backup && h.last_usable_lba > last {
+        let msg = format!(
+            "Linux will not use this GPT: its usable space runs to LBA {} but the device ends at \
+             LBA {last} (a truncated image?), so it sees no partitions",
+            h.last_usable_lba
+        );
+        problems.push(Problem::new("gpt_ignored_by_linux", msg));
+    }
     if backup_at != last || h.last_usable_lba >= last {
         let msg = format!(
             "the GPT puts its backup header at LBA {backup_at} and usable space up to LBA {}, \

@@ -1,9 +1,12 @@
 //! The MBR in LBA 0 and the chain of EBRs inside an extended partition.
 
 use super::{
-    le_u16, le_u32, read_lba, Label, Layout, MbrInfo, PartKind, Partition, Problem, ReadAt,
+    gpt, le_u16, le_u32, read_lba, Label, Layout, MbrInfo, PartKind, Partition, Problem, ReadAt,
+    TableError,
 };
+use crate::stack::{self as signature, Contents, Kind};
 use std::collections::HashSet;
+use std::io;
 
 /// Bytes 510-511 of an MBR or EBR.
 pub const SIGNATURE: u16 = 0xAA55;
@@ -42,9 +45,10 @@ impl Entry {
         })
     }
 
-    /// Unused slot. Linux also skips entries of zero size.
+    /// Unused slot. Linux skips only entries of zero size: an entry of
+    /// type 0x00 with sectors is a partition (hybrid ISOs use one).
     pub fn is_empty(&self) -> bool {
-        self.kind == 0 || self.sectors == 0
+        self.sectors == 0
     }
 
     pub fn is_extended(&self) -> bool {
@@ -81,10 +85,22 @@ impl Mbr {
         self.entries.iter().any(|e| e.kind == TYPE_GPT)
     }
 
+    /// Any slot describes a partition.
+    pub fn in_use(&self) -> bool {
+        self.entries.iter().any(|e| !e.is_empty())
+    }
+
+    /// Every boot indicator is 0x00 or 0x80: without this the kernel and
+    /// libblkid take sector 0 for boot code (a file system's boot sector).
+    pub fn boot_indicators_valid(&self) -> bool {
+        self.entries.iter().all(|e| e.boot == 0 || e.boot == 0x80)
+    }
+
     /// Facts about an MBR sitting in front of a GPT, with its problems.
     pub fn gpt_guard_info(&self, problems: &mut Vec<Problem>) -> MbrInfo {
         let guard = self.entries.iter().find(|e| e.kind == TYPE_GPT);
-        let others = self.entries.iter().any(|e| !e.is_empty() && e.kind != TYPE_GPT);
+        // As Linux's is_pmbr_valid: any other entry of a non-zero type.
+        let others = self.entries.iter().any(|e| e.kind != 0 && e.kind != TYPE_GPT);
         let hybrid = guard.is_some() && others;
         if hybrid {
             problems.push(Problem::new(
@@ -112,7 +128,85 @@ impl Mbr {
     }
 }
 
-/// Fill `layout` from an MBR and its EBR chain.
+/// Read `mbr` as the kernel and libblkid do, into `layout`; false when
+/// sector 0 is a file system's boot sector rather than a table (then
+/// nothing is filled). A hybrid ISO's GPT is noted as intentional, any
+/// other GPT behind a MBR without a 0xEE entry as stale.
+pub(crate) fn read_with_checks(
+    dev: &dyn ReadAt,
+    mbr: &Mbr,
+    sectors: u64,
+    size_bytes: u64,
+    layout: &mut Layout,
+) -> Result<bool, TableError> {
+    if let Some(fs) = boot_sector_filesystem(dev, size_bytes)? {
+        if mbr.in_use() {
+            let mut kernel = Layout::blank(layout.sector_size);
+            read_into(dev, mbr, sectors, &mut kernel);
+            // Linux drops partitions that start past the end.
+            kernel.partitions.retain(|p| p.start < sectors);
+            if !kernel.partitions.is_empty() {
+                layout.problems.push(kernel_reads_boot_code(&fs, &kernel));
+            }
+        }
+        layout.contents = Some(fs);
+        return Ok(false);
+    }
+    if mbr.in_use() && sectors > 2 && gpt::primary_valid(dev, layout.sector_size, sectors) {
+        layout.problems.push(behind_mbr(dev, size_bytes)?);
+    }
+    read_into(dev, mbr, sectors, layout);
+    Ok(true)
+}
+
+/// A FAT, NTFS or exFAT boot sector at byte 0, which also ends in 0x55AA.
+fn boot_sector_filesystem(dev: &dyn ReadAt, size_bytes: u64) -> Result<Option<Contents>, TableError> {
+    let found = signature::identify(dev, 0, size_bytes)?;
+    Ok(found.filter(|c| matches!(c.kind, Kind::Fat | Kind::Ntfs | Kind::Exfat)))
+}
+
+/// libblkid sees the file system; Linux checks only the boot indicators
+/// and makes partitions of the boot code.
+fn kernel_reads_boot_code(fs: &Contents, kernel: &Layout) -> Problem {
+    let parts: Vec<String> = kernel
+        .partitions
+        .iter()
+        .map(|p| format!("{} (sectors {}+{})", p.number, p.start, p.size))
+        .collect();
+    Problem::new(
+        "kernel_reads_boot_code",
+        format!(
+            "the disk holds a {} file system with no partition table (as blkid sees it), but its \
+             boot code passes the kernel's MBR checks: Linux makes partitions {} of it; \
+             do not use those",
+            fs.name,
+            parts.join(", ")
+        ),
+    )
+}
+
+/// What a valid GPT behind an MBR with partitions but no 0xEE entry is.
+fn behind_mbr(dev: &dyn ReadAt, size_bytes: u64) -> io::Result<Problem> {
+    let iso = signature::identify(dev, 0, size_bytes)?.is_some_and(|c| c.kind == Kind::Iso9660);
+    Ok(if iso {
+        Problem::new(
+            "hybrid_iso",
+            "a hybrid ISO image (xorriso/isohybrid): Linux and BIOS read its MBR, EFI firmware \
+             its GPT; both tables are intentional",
+        )
+    } else {
+        Problem::new(
+            "stale_gpt",
+            "a valid GPT at LBA 1 sits behind an MBR without a protective entry: \
+             the MBR is in use and the GPT is a leftover (wipe it)",
+        )
+    })
+}
+
+/// Fill `layout` from an MBR and the EBR chains of its extended
+/// partitions, numbered as Linux numbers them: primaries by slot, then the
+/// logicals of each extended partition in slot order from 5, then the
+/// partitions of BSD slices.
 pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut Layout) {
     let mut info = MbrInfo {
         disk_signature: mbr.disk_signature,
@@ -120,39 +214,38 @@ pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut 
         hybrid: false,
         ebrs: Vec::new(),
     };
-    let mut extended: Option<Partition> = None;
+    let mut next = 5u32;
+    let mut slices = Vec::new();
     for (number, e) in (1u32..).zip(&mbr.entries) {
         if e.is_empty() {
             continue;
         }
         let kind = if e.is_extended() { PartKind::Extended } else { PartKind::Primary };
         let part = partition(number, u64::from(e.start_lba), e, kind, None);
-        if kind == PartKind::Extended {
-            if let Some(first) = &extended {
-                layout.problems.push(Problem::new(
-                    "mbr_multiple_extended",
-                    format!(
-                        "partition {number} is a second extended partition; \
-                         only partition {} is followed",
-                        first.number
-                    ),
-                ));
-            } else {
-                extended = Some(part.clone());
-            }
+        if BSD_TYPES.contains(&e.kind) {
+            slices.push(part.clone());
         }
-        layout.partitions.push(part);
+        layout.partitions.push(part.clone());
+        if kind == PartKind::Extended {
+            let mut chain = Chain::new(dev, layout.sector_size, sectors, part, next);
+            chain.follow();
+            next = chain.next;
+            info.ebrs.extend(chain.ebrs);
+            layout.partitions.extend(chain.logicals);
+            layout.problems.extend(chain.problems);
+        }
     }
-    if let Some(ext) = extended {
-        let mut chain = Chain::new(dev, layout.sector_size, sectors, ext);
-        chain.follow();
-        info.ebrs = chain.ebrs;
-        layout.partitions.extend(chain.logicals);
-        layout.problems.extend(chain.problems);
+    for slice in &slices {
+        let found = super::bsd::read_nested(dev, slice, next, layout);
+        next = next.saturating_add(u32::try_from(found.len()).unwrap_or(u32::MAX));
+        layout.partitions.extend(found);
     }
     layout.label = Label::Mbr;
     layout.mbr = Some(info);
 }
+
+/// MBR types of slices holding a BSD disklabel (FreeBSD, OpenBSD, NetBSD).
+pub const BSD_TYPES: [u8; 3] = [0xA5, 0xA6, 0xA9];
 
 fn partition(number: u32, start: u64, e: &Entry, kind: PartKind, ebr: Option<u64>) -> Partition {
     Partition {
@@ -166,7 +259,8 @@ fn partition(number: u32, start: u64, e: &Entry, kind: PartKind, ebr: Option<u64
     }
 }
 
-/// A walk down the EBR chain of one extended partition.
+/// A walk down the EBR chain of one extended partition, as Linux's
+/// parse_extended walks it.
 struct Chain<'a> {
     dev: &'a dyn ReadAt,
     sector_size: u64,
@@ -174,19 +268,22 @@ struct Chain<'a> {
     ext_start: u64,
     /// One past the extended partition's last sector.
     ext_end: u64,
+    /// The number the next logical gets.
+    next: u32,
     ebrs: Vec<u64>,
     logicals: Vec<Partition>,
     problems: Vec<Problem>,
 }
 
 impl<'a> Chain<'a> {
-    fn new(dev: &'a dyn ReadAt, sector_size: u64, sectors: u64, ext: Partition) -> Self {
+    fn new(dev: &'a dyn ReadAt, sector_size: u64, sectors: u64, ext: Partition, next: u32) -> Self {
         Chain {
             dev,
             sector_size,
             sectors,
             ext_start: ext.start,
             ext_end: ext.start.saturating_add(ext.size),
+            next,
             ebrs: Vec::new(),
             logicals: Vec::new(),
             problems: Vec::new(),
@@ -196,8 +293,8 @@ impl<'a> Chain<'a> {
     /// Walk the chain, collecting EBRs, logicals and problems in order.
     fn follow(&mut self) {
         let mut seen = HashSet::new();
-        let mut next = Some(self.ext_start);
-        while let Some(lba) = next {
+        let mut next = Some((self.ext_start, self.ext_end - self.ext_start));
+        while let Some((lba, span)) = next {
             if !seen.insert(lba) {
                 self.problem("ebr_loop", format!("the EBR chain loops back to LBA {lba}"));
                 break;
@@ -208,7 +305,7 @@ impl<'a> Chain<'a> {
                 self.problem("ebr_chain_too_long", msg);
                 break;
             }
-            next = self.visit(lba);
+            next = self.visit(lba, span);
         }
     }
 
@@ -216,8 +313,9 @@ impl<'a> Chain<'a> {
         self.problems.push(Problem::new(code, message));
     }
 
-    /// Read the EBR at `lba`, record its logical, and return the next link.
-    fn visit(&mut self, lba: u64) -> Option<u64> {
+    /// Read the EBR at `lba` (its link spanned `span` sectors), record its
+    /// logicals, and return the next link and its span.
+    fn visit(&mut self, lba: u64, span: u64) -> Option<(u64, u64)> {
         if lba >= self.sectors {
             self.problem(
                 "ebr_beyond_end",
@@ -239,20 +337,32 @@ impl<'a> Chain<'a> {
             return None;
         };
         self.ebrs.push(lba);
-        // As Linux reads an EBR: the data is the first non-empty entry that
-        // is not an extended type, the link the first that is, in any slot.
-        let entries = ebr.entries;
-        if let Some(data) = entries.iter().find(|e| !e.is_empty() && !e.is_extended()) {
-            self.add_logical(lba, data);
+        // Every non-empty entry that is not an extended type is a logical
+        // (OS/2 used all four); the third and fourth only when they fit,
+        // since they often hold garbage. The link is the first extended entry.
+        for (slot, e) in ebr.entries.iter().enumerate() {
+            if !e.is_empty() && !e.is_extended() && (slot < 2 || self.fits(lba, span, e)) {
+                self.add_logical(lba, e);
+            }
         }
-        let link = entries.iter().find(|e| !e.is_empty() && e.is_extended())?;
+        let link = ebr.entries.iter().find(|e| !e.is_empty() && e.is_extended())?;
         self.link_target(lba, link)
     }
 
-    /// Record the logical partition described by the EBR at `lba`.
+    /// Linux's test for data entries in slots 3 and 4: inside the link's
+    /// span and inside the extended partition.
+    fn fits(&self, lba: u64, span: u64, e: &Entry) -> bool {
+        let (offset, size) = (u64::from(e.start_lba), u64::from(e.sectors));
+        let start = lba.saturating_add(offset);
+        offset.saturating_add(size) <= span
+            && start >= self.ext_start
+            && start.saturating_add(size) <= self.ext_end
+    }
+
+    /// Record a logical partition described by the EBR at `lba`.
     fn add_logical(&mut self, lba: u64, data: &Entry) {
-        // The chain is capped at MAX_EBRS, so the number always fits.
-        let number = u32::try_from(self.logicals.len()).map_or(u32::MAX, |n| n.saturating_add(5));
+        let number = self.next;
+        self.next = self.next.saturating_add(1);
         // lba is below the device's sector count, so adding a u32 cannot overflow.
         let start = lba.saturating_add(u64::from(data.start_lba));
         let part = partition(number, start, data, PartKind::Logical, Some(lba));
@@ -266,17 +376,17 @@ impl<'a> Chain<'a> {
         self.logicals.push(part);
     }
 
-    /// Where `link` (relative to the extended start) points, if inside it.
-    fn link_target(&mut self, lba: u64, link: &Entry) -> Option<u64> {
-        let next =
-            self.ext_start.checked_add(u64::from(link.start_lba)).filter(|&n| n < self.ext_end);
-        if next.is_none() {
+    /// Where `link` (relative to the extended start) points. Linux follows
+    /// a link outside the extended partition too, so we do, saying so.
+    fn link_target(&mut self, lba: u64, link: &Entry) -> Option<(u64, u64)> {
+        let next = self.ext_start.saturating_add(u64::from(link.start_lba));
+        if next >= self.ext_end {
             let msg = format!(
-                "the EBR at LBA {lba} links to offset {} outside the extended partition; the chain stops there",
+                "the EBR at LBA {lba} links to offset {} outside the extended partition",
                 link.start_lba
             );
             self.problem("ebr_link_outside", msg);
         }
-        next
+        Some((next, u64::from(link.sectors)))
     }
 }

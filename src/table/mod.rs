@@ -2,12 +2,18 @@
 //! Readers never panic on what they read: they return the layout and every
 //! problem seen, or an error when no usable copy of the table exists.
 
+pub mod apm;
+pub mod bsd;
 pub mod edit;
+pub mod foreign;
 pub mod gpt;
 pub mod mbr;
+pub mod sgi;
+pub mod sun;
 pub mod types;
 pub mod write;
 
+use crate::stack::Contents;
 use serde::Serialize;
 use std::io;
 
@@ -17,6 +23,16 @@ use std::io;
 pub enum Label {
     Mbr,
     Gpt,
+    /// BSD disklabel on the whole disk (partitions nested in an MBR slice
+    /// keep the MBR label).
+    Bsd,
+    Sun,
+    /// SGI disk volume header.
+    Sgi,
+    /// Apple partition map.
+    Mac,
+    /// A scheme we recognise but do not audit (`Layout::scheme` names it).
+    Unsupported,
     None,
 }
 
@@ -62,6 +78,12 @@ pub enum PartKind {
     Logical,
     /// A GPT entry.
     Gpt,
+    /// A BSD disklabel partition, alone or nested in an MBR slice.
+    Bsd,
+    Sun,
+    Sgi,
+    /// An Apple partition map entry.
+    Mac,
     /// Known only from the kernel's view (the table could not be read).
     Unknown,
 }
@@ -83,17 +105,47 @@ pub struct Partition {
     pub ebr: Option<u64>,
 }
 
+/// How much a problem matters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Worth knowing; nothing is wrong.
+    Info,
+    /// Something to fix, but every partition is where the table says.
+    Warning,
+    /// Data is unreachable or not where the table says, for Linux or for
+    /// the table's own rules: counts toward exit code 1.
+    Error,
+}
+
+impl Severity {
+    /// The severity of each problem code; codes not listed are warnings.
+    pub fn of(code: &str) -> Severity {
+        match code {
+            "beyond_end" | "overlap" | "logical_outside_extended" | "ebr_loop"
+            | "ebr_link_outside" | "ebr_beyond_end" | "ebr_bad_signature" | "ebr_unreadable"
+            | "ebr_chain_too_long" | "gpt_without_protective_mbr" | "pmbr_bad_start"
+            | "gpt_primary_invalid" | "gpt_ignored_by_linux" | "gpt_entry_size"
+            | "gpt_entry_inverted" | "position_overflow" | "label_bad_checksum"
+            | "kernel_reads_boot_code" => Severity::Error,
+            "hybrid_iso" | "too_small" => Severity::Info,
+            _ => Severity::Warning,
+        }
+    }
+}
+
 /// Something wrong or noteworthy found while reading a table.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Problem {
     /// Stable, machine-readable, snake_case (e.g. "gpt_primary_header_crc").
     pub code: &'static str,
+    pub severity: Severity,
     pub message: String,
 }
 
 impl Problem {
     pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self { code, message: message.into() }
+        Self { code, severity: Severity::of(code), message: message.into() }
     }
 }
 
@@ -134,9 +186,29 @@ pub struct Layout {
     pub problems: Vec<Problem>,
     pub gpt: Option<GptInfo>,
     pub mbr: Option<MbrInfo>,
+    /// For `Label::Unsupported`: the scheme found, as libblkid or the
+    /// kernel names it ("atari", "amiga", ...).
+    pub scheme: Option<&'static str>,
+    /// For `Label::None`: the file system (or other contents) that starts
+    /// at byte 0 of the whole disk.
+    pub contents: Option<Contents>,
 }
 
 impl Layout {
+    /// A disk with no table, before anything is read.
+    pub fn blank(sector_size: u64) -> Layout {
+        Layout {
+            label: Label::None,
+            sector_size,
+            partitions: Vec::new(),
+            problems: Vec::new(),
+            gpt: None,
+            mbr: None,
+            scheme: None,
+            contents: None,
+        }
+    }
+
     /// Byte ranges no partition claims: the gaps between partitions and
     /// after the last, up to the last usable LBA. Space before the first
     /// partition is never free (boot loaders live there), nor is an extended
@@ -181,52 +253,48 @@ pub enum TableError {
     SectorSize(u64),
 }
 
-/// Logical sector sizes we read tables for.
 /// Read whatever table `dev` holds. `sector_size` is the logical sector
 /// size (512..=4096, power of two); `size_bytes` the device or image size.
+/// Schemes are tried in the kernel's order (block/partitions/core.c): GPT,
+/// SGI, MBR, BSD, Sun, Apple; then schemes we only name; then contents
+/// that start at byte 0 of a disk without a table.
 pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layout, TableError> {
     if !crate::units::is_sector_size(sector_size, 4096) {
         return Err(TableError::SectorSize(sector_size));
     }
     let sectors = size_bytes / sector_size;
-    let mut layout = Layout {
-        label: Label::None,
-        sector_size,
-        partitions: Vec::new(),
-        problems: Vec::new(),
-        gpt: None,
-        mbr: None,
-    };
-    if sectors == 0 {
+    let mut layout = Layout::blank(sector_size);
+    if size_bytes < 512 {
+        layout.problems.push(Problem::new(
+            "too_small",
+            format!("{size_bytes} bytes: too small to hold a partition table"),
+        ));
         return Ok(layout);
     }
-    let lba0 = read_lba(dev, 0, sector_size)?;
+    let lba0 = read_prefix(dev, sector_size, size_bytes)?;
     let mbr = mbr::Mbr::parse(&lba0);
+    let mbr_in_use = mbr.as_ref().is_some_and(mbr::Mbr::in_use);
     let guarded = mbr.as_ref().is_some_and(mbr::Mbr::guards_gpt);
-    // A GPT behind an MBR that has partitions but no 0xEE entry is stale:
-    // Linux, fdisk and libblkid all use the MBR.
-    let mbr_in_use = mbr.as_ref().is_some_and(|m| m.entries.iter().any(|e| !e.is_empty()));
-    if !guarded && mbr_in_use && gpt::primary_valid(dev, sector_size, sectors) {
-        layout.problems.push(Problem::new(
-            "stale_gpt",
-            "a valid GPT at LBA 1 sits behind an MBR without a protective entry: \
-             the MBR is in use and the GPT is a leftover (wipe it)",
-        ));
-    }
-    if guarded || (!mbr_in_use && gpt::primary_valid(dev, sector_size, sectors)) {
+    if guarded || (!mbr_in_use && sectors > 2 && gpt::primary_valid(dev, sector_size, sectors)) {
         if let Some(mbr) = &mbr {
             layout.mbr = Some(mbr.gpt_guard_info(&mut layout.problems));
         }
         if !guarded {
             layout.problems.push(Problem::new(
                 "gpt_without_protective_mbr",
-                "valid GPT at LBA 1 but no protective MBR (type 0xEE); \
-                 Linux ignores such a GPT unless booted with `gpt`",
+                "valid GPT at LBA 1 but no protective MBR (type 0xEE): \
+                 Linux ignores this GPT unless booted with `gpt`",
             ));
         }
         gpt::read_into(dev, sectors, &mut layout)?;
-    } else if let Some(mbr) = &mbr {
-        mbr::read_into(dev, mbr, sectors, &mut layout);
+    } else if !sgi::read_into(dev, sectors, &mut layout)? {
+        let is_mbr = match mbr.as_ref().filter(|m| m.boot_indicators_valid()) {
+            Some(mbr) => mbr::read_with_checks(dev, mbr, sectors, size_bytes, &mut layout)?,
+            None => false,
+        };
+        if !is_mbr {
+            read_other(dev, sectors, size_bytes, &mut layout)?;
+        }
     }
     layout.partitions.sort_by_key(|p| p.number);
     check_bounds(&mut layout, sectors);
@@ -234,15 +302,106 @@ pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layou
     Ok(layout)
 }
 
-/// For images: the logical sector size implied by where a GPT header sits
-/// (byte 512 or byte 4096; 512 wins if both).
-pub fn detect_sector_size(dev: &dyn ReadAt, size_bytes: u64) -> Option<u64> {
-    [512, 4096].into_iter().find(|&offset| {
+/// A disk with neither GPT nor MBR: another scheme, or contents at byte 0.
+fn read_other(
+    dev: &dyn ReadAt,
+    sectors: u64,
+    size_bytes: u64,
+    layout: &mut Layout,
+) -> Result<(), TableError> {
+    let readers = [bsd::read_into, sun::read_into, apm::read_into];
+    for read in readers {
+        if read(dev, sectors, layout)? {
+            return Ok(());
+        }
+    }
+    if let Some(scheme) = foreign::recognise(dev, layout.sector_size, size_bytes) {
+        layout.label = Label::Unsupported;
+        layout.scheme = Some(scheme);
+        return Ok(());
+    }
+    layout.contents = crate::stack::identify(dev, 0, size_bytes)?;
+    Ok(())
+}
+
+/// The first sector, zero-padded when the device is shorter than one: a
+/// file holding just an MBR is read for what it holds.
+fn read_prefix(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> io::Result<Vec<u8>> {
+    let len = sector_size.min(size_bytes);
+    let mut buf = vec![0u8; usize::try_from(sector_size).unwrap_or(4096)];
+    let have = buf.get_mut(..usize::try_from(len).unwrap_or(0)).unwrap_or_default();
+    dev.read_exact_at(have, 0)?;
+    Ok(buf)
+}
+
+/// For images: the logical sector size the table implies, and why. A GPT
+/// header sits at byte 512 or byte 4096 (512 wins if both). An MBR says
+/// nothing of its sector size, but an image from a 4Kn disk read as 512-byte
+/// sectors puts partitions and EBRs past its end: when only the 4096-byte
+/// reading fits, it is the one. None when nothing tells. The text says
+/// why, where the reader would want to know.
+pub fn detect_sector_size(dev: &dyn ReadAt, size_bytes: u64) -> SectorGuess {
+    let gpt = [512, 4096].into_iter().find(|&offset| {
         let mut sig = [0u8; 8];
         offset + 8 <= size_bytes
             && dev.read_exact_at(&mut sig, offset).is_ok()
             && &sig == gpt::SIGNATURE
+    });
+    if let Some(size) = gpt {
+        return SectorGuess::Known(size, None);
+    }
+    let mbr = |ss| read(dev, ss, size_bytes).ok().filter(|l| l.label == Label::Mbr);
+    let (Some(small), Some(large)) = (mbr(512), mbr(4096)) else { return SectorGuess::Unknown };
+    if implausible(&large) {
+        return SectorGuess::Unknown;
+    }
+    let found = (recognised(dev, &small), recognised(dev, &large));
+    if implausible(&small) || (found.0 == 0 && found.1 > 0) {
+        return SectorGuess::Known(
+            4096,
+            Some(
+                "read as 512-byte sectors the MBR's EBRs or partitions run past the image's end \
+                 or hold nothing recognisable; as 4096-byte sectors they fit and hold what they \
+                 should: an image of a 4Kn disk",
+            ),
+        );
+    }
+    if found.0 == 0 {
+        return SectorGuess::Unsure(
+            "an MBR does not record its sector size: read as 512-byte sectors; if this image \
+             comes from a 4Kn disk, pass --logical-sector-size 4096",
+        );
+    }
+    SectorGuess::Unknown
+}
+
+/// Problems that a wrong sector size produces in an MBR reading.
+fn implausible(layout: &Layout) -> bool {
+    layout.problems.iter().any(|p| {
+        matches!(p.code, "beyond_end" | "ebr_beyond_end" | "ebr_bad_signature" | "ebr_unreadable")
     })
+}
+
+/// How many data partitions start with contents we recognise.
+fn recognised(dev: &dyn ReadAt, layout: &Layout) -> usize {
+    let ss = layout.sector_size;
+    let holds = |p: &&Partition| {
+        let (Some(at), Some(len)) = (p.start.checked_mul(ss), p.size.checked_mul(ss)) else {
+            return false;
+        };
+        crate::stack::identify(dev, at, len).ok().flatten().is_some()
+    };
+    layout.partitions.iter().filter(|p| p.kind != PartKind::Extended).filter(holds).count()
+}
+
+/// What an image's table tells of its logical sector size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SectorGuess {
+    /// This size, with a note when it was inferred rather than read.
+    Known(u64, Option<&'static str>),
+    /// Both sizes read as a plausible table.
+    Unsure(&'static str),
+    Unknown,
 }
 
 /// Read `count` sectors from `lba`, failing cleanly on offsets that overflow.
@@ -599,7 +758,96 @@ mod tests {
     fn ebr_link_outside_extended() {
         let mut img = mbr_extended();
         mbr_entry(&mut img, 192 * 512, 1, 0x05, 4000, 64);
-        assert_eq!(problems(&read_img(&img, 512)), ["ebr_link_outside"]);
+        // Linux follows the link anyway; here it leads past the end.
+        assert_eq!(problems(&read_img(&img, 512)), ["ebr_link_outside", "ebr_beyond_end"]);
+    }
+
+    fn numbered(layout: &Layout) -> Vec<(u32, u64, u64)> {
+        layout.partitions.iter().map(|p| (p.number, p.start, p.size)).collect()
+    }
+
+    #[test]
+    fn type_zero_entries_with_sectors_are_partitions() {
+        let mut img = vec![0u8; 4096 * 512];
+        mbr_entry(&mut img, 0, 0, 0x00, 0, 2048);
+        mbr_entry(&mut img, 0, 1, 0xEF, 2048, 1024);
+        mbr_entry(&mut img, 0, 2, 0x00, 0, 0);
+        let layout = read_img(&img, 512);
+        assert_eq!(layout.label, Label::Mbr);
+        assert_eq!(numbered(&layout), [(1, 0, 2048), (2, 2048, 1024)]);
+    }
+
+    #[test]
+    fn ebr_with_two_data_entries_and_garbage_in_slot_four() {
+        let mut img = mbr_extended();
+        // The first EBR describes 65+30 and 100+20; slot 4 holds garbage
+        // past the extended partition's end.
+        mbr_entry(&mut img, 64 * 512, 0, 0x83, 1, 30);
+        mbr_entry(&mut img, 64 * 512, 2, 0x83, 36, 20);
+        mbr_entry(&mut img, 64 * 512, 3, 0x83, 5000, 20);
+        let layout = read_img(&img, 512);
+        assert!(layout.problems.is_empty(), "{:?}", layout.problems);
+        let logicals: Vec<_> =
+            numbered(&layout).into_iter().filter(|&(n, _, _)| n >= 5).collect();
+        assert_eq!(logicals, [(5, 65, 30), (6, 100, 20), (7, 129, 63), (8, 193, 100)]);
+    }
+
+    #[test]
+    fn two_extended_partitions_number_on() {
+        let mut img = mbr_extended();
+        mbr_entry(&mut img, 0, 3, 0x0F, 320, 128);
+        mbr_entry(&mut img, 320 * 512, 0, 0x83, 2, 100);
+        let layout = read_img(&img, 512);
+        assert!(layout.problems.is_empty(), "{:?}", layout.problems);
+        assert_eq!(
+            numbered(&layout),
+            [
+                (1, 1, 63),
+                (2, 64, 256),
+                (4, 320, 128),
+                (5, 65, 63),
+                (6, 129, 63),
+                (7, 193, 100),
+                (8, 322, 100)
+            ]
+        );
+        assert_eq!(layout.mbr.unwrap().ebrs, [64, 128, 192, 320]);
+    }
+
+    #[test]
+    fn bad_boot_indicator_is_not_an_mbr() {
+        let mut img = vec![0u8; 4096 * 512];
+        mbr_entry(&mut img, 0, 0, 0x83, 2048, 1000);
+        img[446 + 16] = 0x41; // boot code, not an indicator
+        let layout = read_img(&img, 512);
+        assert_eq!(layout.label, Label::None);
+        assert!(layout.partitions.is_empty());
+    }
+
+    #[test]
+    fn an_mbr_alone_is_read_for_what_it_holds() {
+        let mut img = vec![0u8; 512];
+        mbr_entry(&mut img, 0, 0, 0x83, 2048, 1000);
+        let layout = read_img(&img, 512);
+        assert_eq!(numbered(&layout), [(1, 2048, 1000)]);
+        assert_eq!(problems(&layout), ["beyond_end"]);
+        assert_eq!(read_img(&img, 4096).partitions.len(), 1);
+        assert_eq!(problems(&read_img(&img[..300], 512)), ["too_small"]);
+    }
+
+    #[test]
+    fn a_4kn_mbr_image_reads_as_4096() {
+        // 1 MiB as 4096-byte sectors: an extended partition at 64 whose EBR
+        // is at byte 64 * 4096; read as 512, LBA 64 holds no EBR.
+        let mut img = vec![0u8; 1 << 20];
+        mbr_entry(&mut img, 0, 0, 0x05, 64, 128);
+        mbr_entry(&mut img, 64 * 4096, 0, 0x83, 1, 100);
+        let guess = detect_sector_size(&img, img.len() as u64);
+        assert!(matches!(guess, SectorGuess::Known(4096, Some(_))), "{guess:?}");
+        let mut img = vec![0u8; 1 << 20];
+        mbr_entry(&mut img, 0, 0, 0x83, 64, 128);
+        let guess = detect_sector_size(&img, img.len() as u64);
+        assert!(matches!(guess, SectorGuess::Unsure(_)), "{guess:?}");
     }
 
     #[test]
@@ -773,11 +1021,11 @@ mod tests {
     #[test]
     fn sector_size_detection() {
         let img = gpt_image(512, 256, 128, &[]);
-        assert_eq!(detect_sector_size(&img, img.len() as u64), Some(512));
+        assert_eq!(detect_sector_size(&img, img.len() as u64), SectorGuess::Known(512, None));
         let img = gpt_image(4096, 64, 128, &[]);
-        assert_eq!(detect_sector_size(&img, img.len() as u64), Some(4096));
-        assert_eq!(detect_sector_size(&vec![0u8; 8192], 8192), None);
-        assert_eq!(detect_sector_size(&vec![0u8; 100], 100), None);
+        assert_eq!(detect_sector_size(&img, img.len() as u64), SectorGuess::Known(4096, None));
+        assert_eq!(detect_sector_size(&vec![0u8; 8192], 8192), SectorGuess::Unknown);
+        assert_eq!(detect_sector_size(&vec![0u8; 100], 100), SectorGuess::Unknown);
     }
 
     #[test]
