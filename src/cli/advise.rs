@@ -1,9 +1,10 @@
 //! `blkalign advise`: per partition, the mkfs/LVM/LUKS/ZFS options that
-//! keep the layers above aligned.
+//! keep the layers above aligned; for one that already holds something,
+//! what tunes or checks it in place instead.
 
 use super::EXIT_OK;
 use anyhow::Context;
-use blkalign::advise::{self, Advice, IoSizes};
+use blkalign::advise::{self, Advice, Holds, IoSizes};
 use blkalign::align::Geometry;
 use blkalign::device::{self, SysRoot, Target, TargetKind};
 use blkalign::table::{self, PartKind};
@@ -27,6 +28,10 @@ pub struct Args {
 struct PartitionAdvice {
     number: u32,
     node: String,
+    /// What it holds; null when nothing is recognised.
+    contents: Option<blkalign::stack::Contents>,
+    /// Why what it holds is unknown.
+    error: Option<String>,
     advice: Vec<Advice>,
 }
 
@@ -58,7 +63,14 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         .filter(|p| p.kind != PartKind::Extended)
         .map(|p| {
             let node = node(&target, p.number);
-            PartitionAdvice { number: p.number, advice: advise::advise(&node, &disk, &io), node }
+            let holds = advise::holds(&file, p.start, p.size, logical, topology.size_bytes);
+            let advice = advise::advise(&node, &disk, &io, &holds);
+            let (contents, error) = match holds {
+                Holds::Nothing => (None, None),
+                Holds::Contents(c) => (Some(c), None),
+                Holds::Unreadable(e) => (None, Some(e)),
+            };
+            PartitionAdvice { number: p.number, node, contents, error, advice }
         })
         .collect();
     let text =
@@ -73,9 +85,25 @@ fn text(advice: &[PartitionAdvice]) -> String {
     }
     let mut out = String::new();
     for p in advice {
-        out += &format!("partition {} ({}):\n", p.number, p.node);
+        let holds = match (&p.contents, &p.error) {
+            (Some(c), _) => match &c.label {
+                Some(label) => format!("holds {} (label {label:?})", c.name),
+                None => format!("holds {}", c.name),
+            },
+            (None, Some(_)) => "unreadable".into(),
+            (None, None) => "empty (no signature found)".into(),
+        };
+        out += &format!("partition {} ({}): {holds}\n", p.number, p.node);
         for a in &p.advice {
-            out += &format!("  {:<5} {}\n        # {}\n", a.layer, a.command, a.why);
+            if a.destroys_data {
+                out += &format!("  # DESTROYS DATA on {}\n", p.node);
+            }
+            match &a.command {
+                Some(command) => {
+                    out += &format!("  {:<5} {command}\n        # {}\n", a.layer, a.why)
+                }
+                None => out += &format!("  {:<5} # {}\n", a.layer, a.why),
+            }
         }
     }
     out

@@ -10,6 +10,7 @@ mod partition;
 mod plan;
 mod probe;
 mod realign;
+mod restore;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -46,6 +47,9 @@ enum Command {
     Plan(plan::Args),
     /// Write an aligned partition table (prints the plan unless --yes).
     Partition(partition::Args),
+    /// Put back the sectors a `partition` run saved, on the disk they came
+    /// from (prints what it would do unless --yes).
+    Restore(restore::Args),
     /// Print mkfs, LVM, LUKS and ZFS options that keep each partition's contents aligned.
     Advise(advise::Args),
     /// Start, list and stop emulated Advanced Format drives.
@@ -113,6 +117,7 @@ pub fn main() -> ExitCode {
         Command::Audit(args) => audit::run(args, cli.sysfs_root),
         Command::Plan(args) => plan::run(args, cli.sysfs_root),
         Command::Partition(args) => partition::run(args, cli.sysfs_root),
+        Command::Restore(args) => restore::run(args, cli.sysfs_root),
         Command::Advise(args) => advise::run(args, cli.sysfs_root),
         Command::Emulate(cmd) => emulate::run(cmd),
         Command::Bench(args) => bench::run(args, cli.sysfs_root),

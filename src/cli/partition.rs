@@ -1,13 +1,17 @@
 //! `blkalign partition`: write what `plan` prints. Dry run unless --yes;
 //! the sectors it overwrites are saved to a backup file first.
 
+use super::restore::{self, sha256_hex, Region, Sidecar};
 use super::{plan as planning, EXIT_OK};
 use anyhow::{bail, Context};
+use blkalign::advise::{self, Holds};
 use blkalign::device::exclusive::{self, KernelPart};
 use blkalign::device::{self, SysRoot, Target, TargetKind};
-use blkalign::plan::{Plan, Role};
+use blkalign::plan::{Plan, Planned, Role};
+use blkalign::realign::{guard, Identity};
+use blkalign::stack::Contents;
 use blkalign::table::write::{self, Chunk, Ids};
-use serde::Serialize;
+use blkalign::table::{Layout, PartKind, Partition};
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -29,6 +33,11 @@ pub struct Args {
     #[arg(long)]
     wipe: bool,
 
+    /// Write even when partitions the new table deletes, moves or shrinks
+    /// hold a file system, swap, LVM, LUKS, md or other signature.
+    #[arg(long)]
+    force: bool,
+
     /// Where to save the sectors about to be overwritten
     /// [default: ./blkalign-backup-NAME-UNIXTIME.bin].
     #[arg(long, value_name = "FILE")]
@@ -40,11 +49,18 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let (target, plan) = planning::make(&args.plan, &root)?;
     if !args.yes {
         planning::print(&target, &plan, args.plan.json)?;
+        match device::open(&target) {
+            Ok(file) => warn_lost(&target, &lost_contents(&file, &plan), args.force),
+            Err(e) => eprintln!("note: what the partitions hold was not checked ({e})"),
+        }
         eprintln!("dry run: nothing written; add --yes to write this table");
         return Ok(EXIT_OK);
     }
     exclusive::check_unused(&root, &target)?;
     let file = exclusive::open_for_writing(&target)?;
+    if !args.force {
+        refuse_lost(&target, &lost_contents(&file, &plan))?;
+    }
     let chunks = write::encode(&plan.table(&Ids::random(plan.partitions.len())?)?);
     let old = read_regions(&file, &chunks)
         .with_context(|| format!("reading {}", target.path.display()))?;
@@ -56,15 +72,17 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
             existing_label(&file, &plan)
         );
     }
-    let backup = save_backup(args.backup.as_deref(), &target, &plan, &chunks, &old)?;
+    let topology = device::topology(&root, &target, Some(&file), &args.plan.geometry.overrides())?;
+    let identity = guard::identity(&root, &target, &topology);
+    let backup = save_backup(args.backup.as_deref(), &target, &plan, &chunks, &old, identity)?;
     eprintln!(
-        "saved the sectors to be overwritten to {} (restore: see {}.json)",
+        "saved the sectors to be overwritten to {} (restore: blkalign restore {})",
         backup.display(),
         backup.display()
     );
     write_chunks(&file, &chunks).with_context(|| format!("writing {}", target.path.display()))?;
     if target.kind == TargetKind::Disk {
-        tell_kernel(&root, &target, &file, &plan);
+        tell_kernel(&root, &target, &file, &planned_kernel_parts(&plan));
     }
     planning::print(&target, &plan, args.plan.json)?;
     eprintln!("wrote the {} table to {}", label_text(&plan), target.path.display());
@@ -80,6 +98,72 @@ fn read_regions(file: &File, chunks: &[Chunk]) -> std::io::Result<Vec<Vec<u8>>> 
             Ok(buf)
         })
         .collect()
+}
+
+/// What would be lost, in words: every recognised signature (file system,
+/// swap, LVM, LUKS, md, ...) in an existing partition the plan does not
+/// keep with the same start and size, or, on a disk without partitions, at
+/// offset 0. A partition that cannot be read counts too.
+fn lost_contents(file: &File, plan: &Plan) -> Vec<String> {
+    let ss = plan.sector_size;
+    let size = plan.total_sectors.saturating_mul(ss);
+    let parts = blkalign::table::read(file, ss, size).map_or_else(|_| Vec::new(), |l| l.partitions);
+    let kept =
+        |p: &Partition| plan.partitions.iter().any(|q| (q.start, q.size) == (p.start, p.size));
+    let mut lost: Vec<(String, Holds)> = parts
+        .iter()
+        .filter(|p| p.kind != PartKind::Extended && !kept(p))
+        .map(|p| {
+            let name = format!("partition {} (sectors {}+{})", p.number, p.start, p.size);
+            (name, advise::holds(file, p.start, p.size, ss, size))
+        })
+        .collect();
+    if parts.is_empty() {
+        lost.push((
+            "the disk (no partitions)".into(),
+            advise::holds(file, 0, plan.total_sectors, ss, size),
+        ));
+    }
+    lost.into_iter()
+        .filter_map(|(name, holds)| match holds {
+            Holds::Nothing => None,
+            Holds::Contents(c) => Some(format!("{name} {}", contains(&c))),
+            Holds::Unreadable(e) => Some(format!("{name} cannot be read ({e})")),
+        })
+        .collect()
+}
+
+/// Refuse, naming what would be lost, unless nothing would.
+fn refuse_lost(target: &Target, lost: &[String]) -> anyhow::Result<()> {
+    if lost.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "{}: refusing to write: the new table deletes, moves or shrinks what holds data:\n  {}\n\
+         its bytes stay where they are, but no partition points at them any more; copy the data \
+         off first, or pass --force (the table sectors are saved first, and `blkalign restore` \
+         puts them back)",
+        target.path.display(),
+        lost.join("\n  ")
+    )
+}
+
+/// "contains an ext4 signature (label "root")", as sfdisk warns.
+fn contains(c: &Contents) -> String {
+    let vowel_sound = c.name.starts_with(['e', 'i', 'x', 'n']) || c.name.starts_with("LVM");
+    let label = c.label.as_ref().map_or_else(String::new, |l| format!(" (label {l:?})"));
+    format!("contains {} {} signature{label}", if vowel_sound { "an" } else { "a" }, c.name)
+}
+
+/// The dry run's warning: what --yes would refuse to destroy.
+fn warn_lost(target: &Target, lost: &[String], force: bool) {
+    for what in lost {
+        eprintln!("warning: {}: {what}", target.path.display());
+    }
+    if !lost.is_empty() {
+        let then = if force { "--force writes it anyway" } else { "--yes refuses without --force" };
+        eprintln!("the new table no longer points at that data: {then}");
+    }
 }
 
 /// Names what is there, for the refusal message.
@@ -104,26 +188,6 @@ fn default_backup(target: &Target, attempt: u32) -> PathBuf {
     PathBuf::from(format!("blkalign-backup-{name}-{now}{extra}.bin"))
 }
 
-/// The sidecar describing the backup: where each saved region goes back.
-#[derive(Serialize)]
-struct Sidecar<'a> {
-    target: &'a Path,
-    sector_size: u64,
-    size_bytes: u64,
-    regions: Vec<Region>,
-}
-
-#[derive(Serialize)]
-struct Region {
-    what: &'static str,
-    /// Byte offset on the target.
-    offset: u64,
-    length: u64,
-    /// Byte offset in the backup file.
-    backup_offset: u64,
-    restore: String,
-}
-
 /// The old bytes, back to back, and a JSON sidecar naming their offsets;
 /// both flushed, with the directory holding them, before anything on the
 /// target changes. Never overwrites.
@@ -133,6 +197,7 @@ fn save_backup(
     plan: &Plan,
     chunks: &[Chunk],
     old: &[Vec<u8>],
+    identity: Identity,
 ) -> anyhow::Result<PathBuf> {
     let (path, mut file) = match chosen {
         Some(path) => (path.to_path_buf(), create_new(path)?),
@@ -143,19 +208,24 @@ fn save_backup(
             })
             .context("cannot create a backup file in the current directory")?,
     };
+    // Absolute, so restore and the dd lines work from any directory.
+    let absolute = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let (shown, disk) = (absolute(&path), absolute(&target.path));
     let ss = plan.sector_size;
     let mut regions = Vec::new();
     let mut data = Vec::new();
     for (c, bytes) in chunks.iter().zip(old) {
         regions.push(Region {
-            what: c.what,
+            what: c.what.to_string(),
             offset: c.offset,
             length: bytes.len() as u64,
             backup_offset: data.len() as u64,
+            saved_sha256: Some(sha256_hex(bytes)),
+            written_sha256: Some(sha256_hex(&c.bytes)),
             restore: format!(
                 "dd if={} of={} bs={ss} skip={} seek={} count={} conv=notrunc",
-                path.display(),
-                target.path.display(),
+                shown.display(),
+                disk.display(),
                 data.len() as u64 / ss,
                 c.offset / ss,
                 bytes.len() as u64 / ss
@@ -164,9 +234,11 @@ fn save_backup(
         data.extend_from_slice(bytes);
     }
     let sidecar = Sidecar {
-        target: &target.path,
+        format: restore::FORMAT,
+        target: disk,
         sector_size: ss,
-        size_bytes: plan.total_sectors * ss,
+        size_bytes: identity.size_bytes,
+        identity: Some(identity),
         regions,
     };
     let mut sidecar_path = path.as_os_str().to_owned();
@@ -196,22 +268,23 @@ fn write_chunks(file: &File, chunks: &[Chunk]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Make the kernel see the new partitions; only warn if it cannot, since
+/// Make the kernel see partitions `parts`; only warn if it cannot, since
 /// the table on the disk is already right.
-fn tell_kernel(root: &SysRoot, target: &Target, file: &File, plan: &Plan) {
+pub(super) fn tell_kernel(root: &SysRoot, target: &Target, file: &File, parts: &[KernelPart]) {
     let Some(name) = target.name.as_deref() else {
         return;
     };
     let numbers =
         || -> Vec<u32> { device::kernel_partitions(root, name).iter().map(|k| k.number).collect() };
-    let wanted: Vec<u32> = plan.partitions.iter().map(|p| p.number).collect();
+    let mut wanted: Vec<u32> = parts.iter().map(|p| p.number).collect();
+    wanted.sort_unstable();
     let result = match exclusive::rescan(file, &target.path) {
         Ok(true) if numbers() == wanted => Ok(()),
         Ok(_) => {
             eprintln!(
                 "the kernel did not take the whole table; adding the partitions one by one (BLKPG)"
             );
-            exclusive::update_partitions(file, &target.path, &numbers(), &kernel_parts(plan))
+            exclusive::update_partitions(file, &target.path, &numbers(), parts)
         }
         Err(e) => Err(e),
     };
@@ -223,15 +296,26 @@ fn tell_kernel(root: &SysRoot, target: &Target, file: &File, plan: &Plan) {
     }
 }
 
-fn kernel_parts(plan: &Plan) -> Vec<KernelPart> {
+/// The planned partitions, for the kernel.
+fn planned_kernel_parts(plan: &Plan) -> Vec<KernelPart> {
     let ss = plan.sector_size;
-    let part = |p: &blkalign::plan::Planned| KernelPart {
-        number: p.number,
-        start: p.start * ss,
-        // The kernel shows an extended partition as its first 1 KiB or sector.
-        length: if p.role == Role::Extended { ss.max(1024) } else { p.size * ss },
-    };
-    plan.partitions.iter().map(part).collect()
+    let part = |p: &Planned| kernel_part(p.number, p.start, p.size, p.role == Role::Extended, ss);
+    plan.partitions.iter().filter_map(part).collect()
+}
+
+/// The partitions of a table read back from a disk, for the kernel.
+pub(super) fn kernel_parts(layout: &Layout) -> Vec<KernelPart> {
+    let ss = layout.sector_size;
+    let part =
+        |p: &Partition| kernel_part(p.number, p.start, p.size, p.kind == PartKind::Extended, ss);
+    layout.partitions.iter().filter_map(part).collect()
+}
+
+/// A partition in bytes; None when that overflows. The kernel shows an
+/// extended partition as its first 1 KiB or sector.
+fn kernel_part(number: u32, start: u64, size: u64, extended: bool, ss: u64) -> Option<KernelPart> {
+    let length = if extended { ss.max(1024) } else { size.checked_mul(ss)? };
+    Some(KernelPart { number, start: start.checked_mul(ss)?, length })
 }
 
 fn label_text(plan: &Plan) -> &'static str {

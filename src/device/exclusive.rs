@@ -1,11 +1,13 @@
 //! Safety for writing a partition table: refuse targets something else is
 //! using, open them exclusively, and make the kernel see the new table.
 
-use super::sysfs::{partition_dirs, read_text, SysRoot};
+use super::ioctl;
+use super::sysfs::{partition_dirs, read_number, read_text, SysRoot};
 use super::{Target, TargetKind};
-use rustix::fs::{Mode, OFlags};
+use rustix::fs::{major, minor, Mode, OFlags};
 use rustix::io::Errno;
-use std::fs::{self, File};
+use std::fs::{self, File, Metadata};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -38,35 +40,70 @@ impl Node {
     }
 }
 
-/// Refuse a disk that is mounted, held (LVM, MD, dm-crypt), or opened
-/// exclusively (swap, btrfs) through itself or any partition, and an image
-/// attached to a loop device.
+/// Refuse a disk that is mounted, held (LVM, MD, dm-crypt), opened
+/// exclusively (swap, btrfs) or read by a loop device through itself or
+/// any partition, and an image attached to a loop device by any path.
 pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveError> {
     let busy = |why: String| Err(ExclusiveError::InUse(target.path.clone(), why));
     let Some(name) = target.name.as_deref().filter(|_| target.kind == TargetKind::Disk) else {
-        return match loop_backed_by(root, &target.path) {
-            Some(dev) => {
-                busy(format!("attached to /dev/{dev}; partition that device or detach it"))
-            }
+        return match loop_reading(root, &target.path) {
+            Some(l) => busy(format!(
+                "attached to /dev/{}{}; partition that device or detach it",
+                l.name,
+                l.through(&target.path)
+            )),
             None => Ok(()),
         };
     };
+    if let Some(twin) = twin_loop(root, name) {
+        return busy(format!(
+            "its backing file {} is also attached to /dev/{}: writing through one loop device \
+             changes what the other shows (detach it: losetup -d /dev/{})",
+            twin.path.display(),
+            twin.name,
+            twin.name
+        ));
+    }
     match first_user(root, &nodes(root, name)) {
         Some(why) => busy(why),
         None => Ok(()),
     }
 }
 
-/// Who uses `nodes`, in words. Mounts and holders are looked for on every
-/// node before exclusive claims: a mounted partition also makes its disk
-/// refuse O_EXCL, and the mount is the useful thing to name.
+/// Another loop device reading the same file as loop device `name`.
+fn twin_loop(root: &SysRoot, name: &str) -> Option<AttachedLoop> {
+    let loops = attached_loops(root);
+    let own = loops.iter().find(|l| l.name == name)?.id.map(|(dev, ino, _)| (dev, ino))?;
+    loops.into_iter().find(|l| l.name != name && l.id.is_some_and(|(d, i, _)| (d, i) == own))
+}
+
+/// Who uses `nodes`, in words.
 fn first_user(root: &SysRoot, nodes: &[Node]) -> Option<String> {
+    user_among(root, nodes, &attached_loops(root))
+}
+
+/// Who uses `nodes`, `loops` being the loop devices that could read them.
+/// Mounts and holders are looked for on every node before exclusive
+/// claims: a mounted partition also makes its disk refuse O_EXCL, and the
+/// mount is the useful thing to name. A loop device stacked on a node
+/// leaves no holder nor claim, so it is found by device number.
+fn user_among(root: &SysRoot, nodes: &[Node], loops: &[AttachedLoop]) -> Option<String> {
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mount =
         |n: &Node| mounted(&mountinfo, &n.dev).map(|p| format!("{} is mounted on {p}", n.name));
     let held = |n: &Node| {
         first_entry(&n.holders)
             .map(|h| format!("{} is held by {h} (LVM, MD RAID or dm-crypt)", n.name))
+    };
+    let stacked = |n: &Node| {
+        let l = loops.iter().find(|l| l.stacked_on(&n.dev))?;
+        // One level down only: the kernel forbids loop cycles, a fixture may not.
+        let its_user = user_among(root, &self::nodes(root, &l.name), &[])
+            .unwrap_or_else(|| format!("detach it (losetup -d /dev/{})", l.name));
+        Some(format!(
+            "{} is read by loop device /dev/{} (losetup offset {}): {its_user}",
+            n.name, l.name, l.offset
+        ))
     };
     let claim = |n: &Node| {
         claimed(&root.dev.join(&n.name)).then(|| {
@@ -77,6 +114,7 @@ fn first_user(root: &SysRoot, nodes: &[Node]) -> Option<String> {
         .iter()
         .find_map(mount)
         .or_else(|| nodes.iter().find_map(held))
+        .or_else(|| nodes.iter().find_map(stacked))
         .or_else(|| nodes.iter().find_map(claim))
 }
 
@@ -132,13 +170,66 @@ pub fn sync_parent(path: &Path) -> std::io::Result<()> {
 
 /// The loop device whose backing file is `image`, if any.
 pub(crate) fn loop_backed_by(root: &SysRoot, image: &Path) -> Option<String> {
-    let image = fs::canonicalize(image).ok()?;
-    let block = fs::read_dir(root.sys.join("block")).ok()?;
-    block.flatten().find_map(|entry| {
-        let backing = read_text(&entry.path().join("loop/backing_file"))?;
-        (Path::new(backing.trim()) == image)
-            .then(|| entry.file_name().to_string_lossy().into_owned())
-    })
+    loop_reading(root, image).map(|l| l.name)
+}
+
+/// A bound loop device and the file it reads from.
+#[derive(Debug)]
+struct AttachedLoop {
+    name: String,
+    /// The path it was attached through, as the kernel recorded it.
+    path: PathBuf,
+    /// (st_dev, st_ino, st_rdev) of the backing file.
+    id: Option<(u64, u64, u64)>,
+    /// Bytes skipped at the start of the backing file (`losetup -o`).
+    offset: u64,
+}
+
+impl AttachedLoop {
+    /// Whether it reads the file that `meta` describes, whatever the path.
+    fn reads(&self, meta: &Metadata) -> bool {
+        self.id.is_some_and(|(dev, ino, _)| (dev, ino) == (meta.dev(), meta.ino()))
+    }
+
+    /// Whether it reads block device `number` ("8:1", as sysfs writes it).
+    fn stacked_on(&self, number: &str) -> bool {
+        self.id.is_some_and(|(_, _, rdev)| {
+            rdev != 0 && format!("{}:{}", major(rdev), minor(rdev)) == number
+        })
+    }
+
+    /// " (through PATH)" when attached through another name than `image`:
+    /// a hard link or a bind mount.
+    fn through(&self, image: &Path) -> String {
+        match fs::canonicalize(image) {
+            Ok(own) if own == self.path => String::new(),
+            _ => format!(" (through {})", self.path.display()),
+        }
+    }
+}
+
+/// The loop device reading `image`, found by device and inode number.
+fn loop_reading(root: &SysRoot, image: &Path) -> Option<AttachedLoop> {
+    let meta = fs::metadata(image).ok()?;
+    attached_loops(root).into_iter().find(|l| l.reads(&meta))
+}
+
+/// Every bound loop device in SYS/block. The kernel says which file each
+/// reads (LOOP_GET_STATUS64); where its node cannot be opened (no root, a
+/// fixture) the path it was attached through stands in, as it resolves now.
+fn attached_loops(root: &SysRoot) -> Vec<AttachedLoop> {
+    let Ok(block) = fs::read_dir(root.sys.join("block")) else { return Vec::new() };
+    let attached = |entry: fs::DirEntry| {
+        let name = entry.file_name().into_string().ok()?;
+        let dir = entry.path().join("loop");
+        let path = PathBuf::from(read_text(&dir.join("backing_file"))?);
+        let by_kernel = File::open(root.dev.join(&name)).ok().and_then(|f| ioctl::loop_backing(&f));
+        let id =
+            by_kernel.or_else(|| fs::metadata(&path).ok().map(|m| (m.dev(), m.ino(), m.rdev())));
+        let offset = read_number(&dir.join("offset")).unwrap_or(0);
+        Some(AttachedLoop { name, path, id, offset })
+    };
+    block.flatten().filter_map(attached).collect()
 }
 
 /// Open for writing; block devices exclusively, so no one mounts or claims
@@ -258,23 +349,36 @@ mod tests {
         assert_eq!(mounted(MOUNTINFO, ""), None);
     }
 
-    #[test]
-    fn holders_and_partitions_from_sysfs() {
-        let dir = tempfile::tempdir().unwrap();
-        let sys = dir.path().join("sys");
+    /// Fixture disk sdz with device number `dev` ("8:240") under DIR/sys.
+    fn fixture_disk(dir: &Path, dev: &str) -> (SysRoot, PathBuf, Target) {
+        let sys = dir.join("sys");
         let disk = sys.join("block/sdz");
         fs::create_dir_all(disk.join("holders")).unwrap();
-        fs::create_dir_all(disk.join("sdz1/holders/dm-0")).unwrap();
-        fs::write(disk.join("dev"), "8:240\n").unwrap();
-        fs::write(disk.join("sdz1/partition"), "1\n").unwrap();
-        fs::write(disk.join("sdz1/dev"), "8:241\n").unwrap();
-        let root = SysRoot::fixture(sys);
+        fs::write(disk.join("dev"), format!("{dev}\n")).unwrap();
         let target = Target {
-            path: dir.path().join("dev/sdz"),
+            path: dir.join("dev/sdz"),
             name: Some("sdz".into()),
             kind: TargetKind::Disk,
             selected_partition: None,
         };
+        (SysRoot::fixture(sys), disk, target)
+    }
+
+    /// Fixture loop device NAME reading `backing` from byte `offset`.
+    fn fixture_loop(root: &SysRoot, name: &str, backing: &Path, offset: u64) {
+        let dir = root.block(name).join("loop");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(dir.join("backing_file"), format!("{}\n", backing.display())).unwrap();
+        fs::write(dir.join("offset"), format!("{offset}\n")).unwrap();
+    }
+
+    #[test]
+    fn holders_and_partitions_from_sysfs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, disk, target) = fixture_disk(dir.path(), "8:240");
+        fs::create_dir_all(disk.join("sdz1/holders/dm-0")).unwrap();
+        fs::write(disk.join("sdz1/partition"), "1\n").unwrap();
+        fs::write(disk.join("sdz1/dev"), "8:241\n").unwrap();
         let err = check_unused(&root, &target).unwrap_err().to_string();
         assert!(err.contains("sdz1 is held by dm-0"), "{err}");
         fs::remove_dir(disk.join("sdz1/holders/dm-0")).unwrap();
@@ -282,13 +386,13 @@ mod tests {
     }
 
     #[test]
-    fn images_attached_to_loop_devices_are_refused() {
+    fn images_attached_to_loop_devices_are_refused_whatever_the_path() {
         let dir = tempfile::tempdir().unwrap();
         let image = dir.path().join("disk.img");
+        let link = dir.path().join("link.img");
         fs::write(&image, b"").unwrap();
-        let sys = dir.path().join("sys");
-        fs::create_dir_all(sys.join("block/loop7/loop")).unwrap();
-        let root = SysRoot::fixture(sys.clone());
+        fs::hard_link(&image, &link).unwrap();
+        let root = SysRoot::fixture(dir.path().join("sys"));
         let target = Target {
             path: image.clone(),
             name: None,
@@ -296,9 +400,28 @@ mod tests {
             selected_partition: None,
         };
         check_unused(&root, &target).unwrap();
-        fs::write(sys.join("block/loop7/loop/backing_file"), format!("{}\n", image.display()))
-            .unwrap();
+        fixture_loop(&root, "loop7", &image, 0);
         let err = check_unused(&root, &target).unwrap_err().to_string();
-        assert!(err.contains("/dev/loop7"), "{err}");
+        assert!(err.contains("/dev/loop7;"), "{err}");
+        fs::remove_dir_all(root.block("loop7")).unwrap();
+        fixture_loop(&root, "loop3", &link, 0);
+        let err = check_unused(&root, &target).unwrap_err().to_string();
+        assert!(err.contains("/dev/loop3 (through") && err.contains("link.img"), "{err}");
+    }
+
+    #[test]
+    fn loop_devices_reading_a_node_are_found_by_device_number() {
+        let dir = tempfile::tempdir().unwrap();
+        // /dev/null stands for the disk: any node with that device number.
+        let null = fs::metadata("/dev/null").unwrap().rdev();
+        let (root, _, target) =
+            fixture_disk(dir.path(), &format!("{}:{}", major(null), minor(null)));
+        check_unused(&root, &target).unwrap();
+        fixture_loop(&root, "loop5", Path::new("/dev/null"), 512);
+        let err = check_unused(&root, &target).unwrap_err().to_string();
+        assert!(
+            err.contains("sdz is read by loop device /dev/loop5 (losetup offset 512)"),
+            "{err}"
+        );
     }
 }

@@ -34,3 +34,36 @@ fn get<const OP: Opcode, T>(file: &File) -> Option<T> {
     // BLKIOOPT, put_u64 for BLKGETSIZE64. Callers pair them accordingly.
     unsafe { ioctl(file, Getter::<OP, T>::new()) }.ok()
 }
+
+/// LOOP_GET_STATUS64 from linux/loop.h: a plain number, not _IOR.
+const LOOP_GET_STATUS64: Opcode = opcode::none(0x4C, 0x05);
+
+/// struct loop_info64 from linux/loop.h; the kernel fills all of it.
+#[repr(C)]
+#[allow(dead_code)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+/// The file a loop device reads from, as the kernel holds it: its
+/// (st_dev, st_ino) and, for a block device node, the device's number
+/// (st_rdev, 0 for a regular file). None when the device is unbound or
+/// the ioctl fails.
+pub(crate) fn loop_backing(file: &File) -> Option<(u64, u64, u64)> {
+    // SAFETY: loop_get_status64 (drivers/block/loop.c) copies exactly one
+    // struct loop_info64 to the pointer.
+    let info = unsafe { ioctl(file, Getter::<LOOP_GET_STATUS64, LoopInfo64>::new()) }.ok()?;
+    Some((info.lo_device, info.lo_inode, info.lo_rdevice))
+}

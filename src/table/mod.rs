@@ -122,13 +122,25 @@ impl Severity {
     /// The severity of each problem code; codes not listed are warnings.
     pub fn of(code: &str) -> Severity {
         match code {
-            "beyond_end" | "overlap" | "logical_outside_extended" | "ebr_loop"
-            | "ebr_link_outside" | "ebr_beyond_end" | "ebr_bad_signature" | "ebr_unreadable"
-            | "ebr_chain_too_long" | "gpt_without_protective_mbr" | "pmbr_bad_start"
-            | "gpt_primary_invalid" | "gpt_ignored_by_linux" | "gpt_entry_size"
-            | "gpt_entry_inverted" | "position_overflow" | "label_bad_checksum"
+            "beyond_end"
+            | "overlap"
+            | "logical_outside_extended"
+            | "ebr_loop"
+            | "ebr_link_outside"
+            | "ebr_beyond_end"
+            | "ebr_bad_signature"
+            | "ebr_unreadable"
+            | "ebr_chain_too_long"
+            | "gpt_without_protective_mbr"
+            | "pmbr_bad_start"
+            | "gpt_primary_invalid"
+            | "gpt_ignored_by_linux"
+            | "gpt_entry_size"
+            | "gpt_entry_inverted"
+            | "position_overflow"
+            | "label_bad_checksum"
             | "kernel_reads_boot_code" => Severity::Error,
-            "hybrid_iso" | "too_small" => Severity::Info,
+            "hybrid_iso" | "iso_nested" | "too_small" => Severity::Info,
             _ => Severity::Warning,
         }
     }
@@ -299,6 +311,9 @@ pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layou
     layout.partitions.sort_by_key(|p| p.number);
     check_bounds(&mut layout, sectors);
     check_overlaps(&mut layout);
+    if layout.problems.iter().any(|p| p.code == "overlap") && holds_iso(dev, size_bytes) {
+        forgive_iso_nesting(&mut layout);
+    }
     Ok(layout)
 }
 
@@ -497,6 +512,44 @@ fn intersects(a: &Partition, b: &Partition) -> bool {
     let a_end = end_of(a).unwrap_or(u64::MAX);
     let b_end = end_of(b).unwrap_or(u64::MAX);
     a.size > 0 && b.size > 0 && a.start < b_end && b.start < a_end
+}
+
+/// An ISO 9660 file system from byte 0: a hybrid ISO image.
+fn holds_iso(dev: &dyn ReadAt, size_bytes: u64) -> bool {
+    let found = crate::stack::identify(dev, 0, size_bytes).ok().flatten();
+    found.is_some_and(|c| c.kind == crate::stack::Kind::Iso9660)
+}
+
+/// xorriso lays out hybrid ISOs with the EFI image's partition inside the
+/// one covering the ISO, on purpose: a partition wholly inside another is
+/// noted, not an error. Partial overlaps stay errors.
+fn forgive_iso_nesting(layout: &mut Layout) {
+    let parts = &layout.partitions;
+    let inside = |a: &Partition, b: &Partition| {
+        a.start >= b.start && end_of(a).zip(end_of(b)).is_some_and(|(ae, be)| ae <= be)
+    };
+    let mut nested = Vec::new();
+    for (i, a) in parts.iter().enumerate() {
+        for b in parts.iter().skip(i + 1) {
+            if intersects(a, b) && (inside(a, b) || inside(b, a)) {
+                let (outer, inner) = if inside(a, b) { (b, a) } else { (a, b) };
+                nested.push((overlap(a, b).message, outer.number, inner.number));
+            }
+        }
+    }
+    for (message, outer, inner) in nested {
+        if let Some(p) =
+            layout.problems.iter_mut().find(|p| p.code == "overlap" && p.message == message)
+        {
+            *p = Problem::new(
+                "iso_nested",
+                format!(
+                    "partition {inner} lies inside partition {outer}: a hybrid ISO's boot image, \
+                     a file of the ISO that firmware finds through the table (intentional)"
+                ),
+            );
+        }
+    }
 }
 
 fn overlap(a: &Partition, b: &Partition) -> Problem {
@@ -787,8 +840,7 @@ mod tests {
         mbr_entry(&mut img, 64 * 512, 3, 0x83, 5000, 20);
         let layout = read_img(&img, 512);
         assert!(layout.problems.is_empty(), "{:?}", layout.problems);
-        let logicals: Vec<_> =
-            numbered(&layout).into_iter().filter(|&(n, _, _)| n >= 5).collect();
+        let logicals: Vec<_> = numbered(&layout).into_iter().filter(|&(n, _, _)| n >= 5).collect();
         assert_eq!(logicals, [(5, 65, 30), (6, 100, 20), (7, 129, 63), (8, 193, 100)]);
     }
 

@@ -226,4 +226,5 @@ pub fn audit_json(args: &[&str]) -> (i32, serde_json::Value) {
     (out.status.code().expect("exit code"), doc["targets"][0].clone())
 }
 
+pub mod corpus;
 pub mod emulate;
