@@ -186,7 +186,7 @@ fn resolve_images_missing_paths_and_directories() {
     let target = resolve(&root, &image).expect("image");
     assert_eq!((target.kind, target.name, target.path), (TargetKind::Image, None, image));
     assert!(matches!(resolve(&root, &dir.path().join("absent")), Err(DeviceError::NotFound(_))));
-    assert!(matches!(resolve(&root, dir.path()), Err(DeviceError::NotBlockOrFile(_))));
+    assert!(matches!(resolve(&root, dir.path()), Err(DeviceError::NotBlockOrFile { .. })));
 }
 
 fn image_topology(bytes: &[u8], o: &Overrides) -> Result<Topology, DeviceError> {

@@ -6,9 +6,8 @@
 
 mod common;
 
-use common::{blkalign, json_of, needs, run, Image, Loop};
+use common::{blkalign, json_of, needs, run, Image, Loop, Mount};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 /// An old fdisk's partition: LBA 63, 120000 sectors, holding an ext4.
@@ -31,27 +30,6 @@ fn mkfs_ext4(path: &str, offset: u64, blocks: u64, label: &str) {
     let extended = format!("offset={offset},nodiscard,lazy_itable_init=0,lazy_journal_init=0");
     let blocks = blocks.to_string();
     run("mkfs.ext4", &["-q", "-F", "-L", label, "-b", "4096", "-E", &extended, path, &blocks]);
-}
-
-/// A mount on its own temporary directory, unmounted on drop.
-struct Mount {
-    dir: tempfile::TempDir,
-}
-
-impl Mount {
-    fn new(source: &str, options: &[&str]) -> Mount {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut args: Vec<&str> = options.to_vec();
-        args.extend([source, dir.path().to_str().expect("utf-8")]);
-        run("mount", &args);
-        Mount { dir }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
-    }
 }
 
 /// A loop device over `file` from byte `offset`, detached on drop.
@@ -116,7 +94,7 @@ fn image_attached_through_a_bind_mount_is_in_use() {
     let image = old_fdisk_image();
     let dir = image.path.parent().expect("image dir").to_str().expect("utf-8");
     let bind = Mount::new(dir, &["--bind"]);
-    let attached = Loop::attach(&bind.dir.path().join("disk.img"), 512);
+    let attached = Loop::attach(&bind.dir.join("disk.img"), 512);
     both_refused(image.str(), &image.path, &[attached.str(), "through"]);
 }
 
@@ -142,7 +120,7 @@ fn loop_stacked_on_the_disk_with_a_mount_is_in_use() {
     mkfs_ext4(stacked.str(), 0, 14000, "stacked");
     // Read-only, so the mount itself writes nothing to hash against.
     let mount = Mount::new(stacked.str(), &["-o", "ro"]);
-    let point = mount.dir.path().to_str().expect("utf-8");
+    let point = mount.dir.to_str().expect("utf-8");
     both_refused(disk.str(), &image.path, &[stacked.str(), "offset 32256", point]);
 }
 
@@ -158,7 +136,7 @@ fn loop_stacked_on_a_partition_with_a_mount_is_in_use() {
     let stacked = stack_loop(part.to_str().expect("utf-8"), 1 << 20);
     mkfs_ext4(stacked.str(), 0, 8000, "inner");
     let mount = Mount::new(stacked.str(), &["-o", "ro"]);
-    let point = mount.dir.path().to_str().expect("utf-8");
+    let point = mount.dir.to_str().expect("utf-8");
     let name = part.file_name().and_then(|n| n.to_str()).expect("partition name");
     both_refused(disk.str(), &image.path, &[name, stacked.str(), point]);
 }

@@ -3,6 +3,7 @@
 
 use super::{BenchError, Engine, Request};
 use crate::device::sysfs::{block_dir, read_number};
+use crate::device::{self, DeviceError};
 use crate::units::is_sector_size;
 use rustix::fs::OFlags;
 use std::fs::File;
@@ -58,7 +59,8 @@ pub enum Mode {
 /// Opens `path` for O_DIRECT I/O; read-write unless `mode` only reads. A
 /// block device opened for writing is opened exclusively (O_EXCL), so that
 /// nothing can mount or claim it between the in-use check and the last
-/// write-back; one already claimed is refused as in use.
+/// write-back; one already claimed is refused as in use. Anything but a
+/// block device or regular file is refused before it is opened.
 pub fn open_direct(path: &Path, mode: Mode, sync: bool) -> Result<File, BenchError> {
     let mut flags = OFlags::DIRECT | OFlags::CLOEXEC;
     flags |= if mode == Mode::Read { OFlags::RDONLY } else { OFlags::RDWR };
@@ -67,21 +69,22 @@ pub fn open_direct(path: &Path, mode: Mode, sync: bool) -> Result<File, BenchErr
     }
     // For a block device O_EXCL claims it; for a regular file without
     // O_CREAT it would be undefined, so it is only added for devices.
-    if mode != Mode::Read && is_block_device(path) {
+    if mode != Mode::Read && device::check_kind(path)?.file_type().is_block_device() {
         flags |= OFlags::EXCL;
     }
-    match rustix::fs::open(path, flags, rustix::fs::Mode::empty()) {
-        Ok(fd) => Ok(File::from(fd)),
-        Err(rustix::io::Errno::BUSY) if flags.contains(OFlags::EXCL) => Err(BenchError::InUse {
-            path: path.to_path_buf(),
-            by: "open exclusively elsewhere (a file system, swap or another tool)".into(),
-        }),
-        Err(e) => Err(BenchError::Open { path: path.to_path_buf(), source: e.into() }),
+    match device::open_checked(path, flags) {
+        Ok(file) => Ok(file),
+        Err(DeviceError::Io { error, .. })
+            if flags.contains(OFlags::EXCL)
+                && error.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error()) =>
+        {
+            Err(BenchError::InUse {
+                path: path.to_path_buf(),
+                by: "open exclusively elsewhere (a file system, swap or another tool)".into(),
+            })
+        }
+        Err(e) => Err(e.into()),
     }
-}
-
-fn is_block_device(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 /// A new read-write O_DIRECT description of an already open file, so callers
@@ -160,8 +163,8 @@ fn required_number(path: &Path) -> Result<u64, BenchError> {
         .ok_or_else(|| BenchError::Invalid(format!("{}: missing or not a number", path.display())))
 }
 
-fn io_error(what: &'static str, pos: u64, size: u64, source: std::io::Error) -> BenchError {
-    BenchError::Io { what, pos, size, source }
+fn io_error(what: &'static str, pos: u64, size: u64, error: std::io::Error) -> BenchError {
+    BenchError::Io { what, pos, size, error }
 }
 
 /// The latency of each request, and the wall time of the timed phases

@@ -23,17 +23,21 @@ use serde::Serialize;
 use stats::Latency;
 use std::path::PathBuf;
 
-/// What can go wrong measuring a device.
+/// What can go wrong measuring a device. The I/O errors are in the
+/// messages, so they are no `source`: printed with its chain, the cause
+/// would appear twice.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    #[error("{}: {source}", path.display())]
-    Open { path: PathBuf, source: std::io::Error },
-    #[error("{what} of {size} bytes at byte {pos}: {source}")]
-    Io { what: &'static str, pos: u64, size: u64, source: std::io::Error },
+    #[error("{}: {error}", path.display())]
+    Open { path: PathBuf, error: std::io::Error },
+    #[error("{what} of {size} bytes at byte {pos}: {error}")]
+    Io { what: &'static str, pos: u64, size: u64, error: std::io::Error },
     #[error("{}: in use ({by}); refusing to write to it", path.display())]
     InUse { path: PathBuf, by: String },
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
 }
 
 /// One timed request: a cell's size at a position.

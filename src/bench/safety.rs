@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 /// devices' backing files.
 pub fn check_unused(file: &fs::File, path: &Path, root: &SysRoot) -> Result<(), BenchError> {
     let meta =
-        file.metadata().map_err(|e| BenchError::Open { path: path.to_path_buf(), source: e })?;
+        file.metadata().map_err(|e| BenchError::Open { path: path.to_path_buf(), error: e })?;
     let by = if meta.file_type().is_block_device() {
         user_of_dir(root, &sysfs_dir(&root.sys, meta.rdev())?)
     } else {

@@ -108,6 +108,6 @@ fn short(result: i32, req: &Request, write: bool) -> BenchError {
         what: if write { "write" } else { "read" },
         pos: req.pos,
         size: req.size,
-        source,
+        error: source,
     }
 }

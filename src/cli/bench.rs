@@ -4,7 +4,7 @@
 use super::EXIT_OK;
 use anyhow::{bail, Context};
 use blkalign::bench::{self, plan, rng::Rng, safety, Mode, Plan, Report, Span};
-use blkalign::device::SysRoot;
+use blkalign::device::{self, SysRoot};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -125,8 +125,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     if mode != Mode::Read {
         // Before the exclusive open, which would itself look like a claim;
         // that open then keeps anyone from mounting it until we are done.
-        let plain = std::fs::File::open(target).with_context(|| format!("{}", target.display()))?;
-        safety::check_unused(&plain, target, &root)?;
+        safety::check_unused(&device::open_path(target)?, target, &root)?;
     }
     let file = bench::open_direct(target, mode, args.sync)?;
     let info = bench::device_info(&file, &root.sys)?;

@@ -127,8 +127,25 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("blkalign: {err:#}");
+            eprintln!("blkalign: {}", describe(&err));
             ExitCode::from(EXIT_ERROR)
         }
     }
+}
+
+/// The error and its causes, each said once: many of our errors already
+/// include their source in their own message.
+fn describe(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let part = cause.to_string();
+        if text.contains(&part) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&part);
+    }
+    text
 }

@@ -5,11 +5,11 @@ use super::EXIT_OK;
 use anyhow::{bail, Context};
 use blkalign::align::Geometry;
 use blkalign::device::{self, SysRoot, Target, TargetKind, Topology};
-use blkalign::plan::{self, Align, Disk, Label, Plan, Request};
+use blkalign::plan::{self, Align, Disk, Label, Plan, Role, Script};
 use blkalign::report::human_size;
 use serde::Serialize;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum LabelArg {
@@ -70,13 +70,12 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
 
 /// Resolve the target, read its topology and plan the request.
 pub fn make(args: &Args, root: &SysRoot) -> anyhow::Result<(Target, Plan)> {
-    let (script_label, requests) = requests(args)?;
-    let label = match (args.label, script_label) {
+    let script = script(args)?;
+    let label = match (args.label, script.label) {
         (Some(LabelArg::Gpt), _) => Label::Gpt,
         (Some(LabelArg::Mbr | LabelArg::Dos), _) => Label::Mbr,
         (None, label) => label.unwrap_or(Label::Gpt),
     };
-    let align = parse_align(&args.align)?;
     let target = device::resolve(root, &args.target)?;
     if let Some(n) = target.selected_partition {
         bail!(
@@ -87,24 +86,101 @@ pub fn make(args: &Args, root: &SysRoot) -> anyhow::Result<(Target, Plan)> {
     }
     let topology = topology(args, root, &target)?;
     let disk = disk_of(&topology, args.geometry.trust_kernel);
-    let plan = plan::plan(&disk, label, align, args.cylinder_compatible, &requests)
-        .with_context(|| format!("cannot plan {}", target.path.display()))?;
+    let cannot = || format!("cannot plan {}", target.path.display());
+    check_sector_size(&script, &disk, &target)?;
+    let align = with_grain(parse_align(&args.align)?, &disk, script.grain)?;
+    let mut plan = plan::plan(&disk, label, align, args.cylinder_compatible, &script.requests)
+        .with_context(cannot)?;
+    script.bound(&mut plan).map_err(anyhow::Error::msg).with_context(cannot)?;
+    tell_dropped(args, &script, &plan);
     Ok((target, plan))
 }
 
-fn requests(args: &Args) -> anyhow::Result<(Option<Label>, Vec<Request>)> {
-    let Some(script) = &args.script else {
+/// The `--part` options, or the `--script` read (at most
+/// [`plan::SCRIPT_LIMIT`] bytes) and parsed.
+fn script(args: &Args) -> anyhow::Result<Script> {
+    let Some(path) = &args.script else {
         let parts = args.parts.iter().map(|p| plan::parse_part(p).map_err(anyhow::Error::msg));
-        return Ok((None, parts.collect::<anyhow::Result<_>>()?));
+        return Ok(Script { requests: parts.collect::<anyhow::Result<_>>()?, ..Script::default() });
     };
-    let mut text = String::new();
-    if script.as_os_str() == "-" {
-        std::io::stdin().read_to_string(&mut text).context("reading the script from stdin")?;
+    let name = script_name(path);
+    let input: Box<dyn Read> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdin())
     } else {
-        text = std::fs::read_to_string(script)
-            .with_context(|| format!("reading {}", script.display()))?;
+        Box::new(std::fs::File::open(path).with_context(|| format!("reading the script {name}"))?)
+    };
+    let mut bytes = Vec::new();
+    // One byte past the limit tells a script at the limit from a larger one.
+    input
+        .take(plan::SCRIPT_LIMIT as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading the script {name}"))?;
+    plan::parse_script(&bytes).map_err(|e| anyhow::anyhow!("{name}: {e}"))
+}
+
+fn script_name(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "stdin".into()
+    } else {
+        path.display().to_string()
     }
-    plan::parse_script(&text).map_err(anyhow::Error::msg)
+}
+
+/// The script's starts and sizes count its sectors: on other sectors they
+/// would land elsewhere.
+fn check_sector_size(script: &Script, disk: &Disk, target: &Target) -> anyhow::Result<()> {
+    match script.sector_size {
+        Some(size) if size != disk.logical => bail!(
+            "the script counts {size}-byte sectors and {} has {}-byte sectors{}",
+            target.path.display(),
+            disk.logical,
+            match target.kind {
+                TargetKind::Image =>
+                    format!(" (--logical-sector-size {size} plans the image for such a disk)"),
+                TargetKind::Disk => String::new(),
+            }
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A script's `grain:` joins the alignment asked for: starts keep both.
+fn with_grain(align: Align, disk: &Disk, grain: Option<u64>) -> anyhow::Result<Align> {
+    let Some(grain) = grain else { return Ok(align) };
+    let ours = plan::grain(disk, align)?;
+    let both = blkalign::align::lcm(ours, grain).ok_or_else(|| {
+        anyhow::anyhow!("the script's grain {grain} and {ours} have no common multiple")
+    })?;
+    Ok(Align::Bytes(both))
+}
+
+/// Say what of the script the plan does not keep: identifiers, flags,
+/// and partition numbers it gives otherwise.
+fn tell_dropped(args: &Args, script: &Script, plan: &Plan) {
+    let name = args.script.as_deref().map_or("the script".into(), script_name);
+    if !script.dropped.is_empty() {
+        eprintln!(
+            "blkalign: note: {name}: the plan does not keep {}: `partition` writes new random \
+             identifiers and no flags",
+            script.dropped.join(", ")
+        );
+    }
+    let ours = plan.partitions.iter().filter(|p| p.role != Role::Extended).map(|p| p.number);
+    let renumbered: Vec<String> = script
+        .numbers
+        .iter()
+        .zip(ours)
+        .filter_map(|(theirs, ours)| {
+            theirs.filter(|&n| n != ours).map(|n| format!("{n} as {ours}"))
+        })
+        .collect();
+    if !renumbered.is_empty() {
+        eprintln!(
+            "blkalign: note: {name}: the plan numbers partitions in order (making its own \
+             extended partition): {}",
+            renumbered.join(", ")
+        );
+    }
 }
 
 pub fn parse_align(text: &str) -> anyhow::Result<Align> {
@@ -120,17 +196,28 @@ pub fn parse_align(text: &str) -> anyhow::Result<Align> {
     }
 }
 
+/// An image that cannot be read has no sector size to find: plan nothing
+/// rather than assume 512.
 fn topology(args: &Args, root: &SysRoot, target: &Target) -> anyhow::Result<Topology> {
     let overrides = args.geometry.overrides();
-    let file = device::open(target);
-    if target.kind == TargetKind::Disk {
-        file.as_ref().map_err(|e| anyhow::anyhow!("{e}"))?;
+    let file = device::open(target)?;
+    if target.kind == TargetKind::Image {
+        check_readable(&file, target)?;
     }
-    let file = file.as_ref().ok();
     if let (TargetKind::Disk, Some(wanted)) = (target.kind, overrides.logical_sector_size) {
-        refuse_other_logical_size(root, target, file, wanted)?;
+        refuse_other_logical_size(root, target, Some(&file), wanted)?;
     }
-    Ok(device::topology(root, target, file, &overrides)?)
+    Ok(device::topology(root, target, Some(&file), &overrides)?)
+}
+
+/// Read where the sector size is found (the GPT header at byte 512 or
+/// 4096): an I/O error there is an error, not a blank image.
+fn check_readable(file: &std::fs::File, target: &Target) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut head = vec![0u8; size.min(8192) as usize];
+    file.read_exact_at(&mut head, 0)
+        .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", target.path.display()))
 }
 
 /// A block device is read and written in the sectors the kernel uses: a

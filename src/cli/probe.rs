@@ -37,7 +37,7 @@ enum Where {
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let target = &args.target;
-    let file = std::fs::File::open(target).with_context(|| format!("{}", target.display()))?;
+    let file = device::open_path(target)?;
     let within = match args.place {
         Where::Start => None,
         Where::Free => Some(

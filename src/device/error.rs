@@ -5,16 +5,19 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error("{}: no such file or device", .0.display())]
+    #[error("{}: no such file or directory", .0.display())]
     NotFound(PathBuf),
     /// Kept apart from other I/O errors so the caller can still show the
     /// sysfs topology and say "unreadable (need root)".
     #[error("{}: permission denied ({})", path.display(), permission_hint())]
     Permission { path: PathBuf },
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: io::Error },
-    #[error("{}: not a block device or a regular file", .0.display())]
-    NotBlockOrFile(PathBuf),
+    /// `error` is in the message, so it is no `source`: printed with its
+    /// chain, the cause would appear twice.
+    #[error("{}: {error}", path.display())]
+    Io { path: PathBuf, error: io::Error },
+    /// `kind` names what it is instead: "a FIFO", "a directory", ...
+    #[error("{}: {kind}, not a block device or image file", path.display())]
+    NotBlockOrFile { path: PathBuf, kind: &'static str },
     #[error("{}: block device {number} has no entry under sys/dev/block", path.display())]
     NoSysfs { path: PathBuf, number: String },
     #[error("invalid override: {0}")]
@@ -38,7 +41,7 @@ impl DeviceError {
         match source.kind() {
             io::ErrorKind::NotFound => DeviceError::NotFound(path),
             io::ErrorKind::PermissionDenied => DeviceError::Permission { path },
-            _ => DeviceError::Io { path, source },
+            _ => DeviceError::Io { path, error: source },
         }
     }
 }

@@ -113,7 +113,7 @@ mod topology;
 
 pub use error::DeviceError;
 pub use sysfs::{kernel_partitions, KernelPartition, SysRoot};
-pub use target::{list_disks, open, resolve};
+pub use target::{check_kind, list_disks, open, open_checked, open_path, resolve};
 pub use topology::{topology, validate_overrides};
 
 #[cfg(test)]

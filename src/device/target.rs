@@ -44,18 +44,43 @@ fn disk_target(root: &SysRoot, name: String, selected_partition: Option<u32>) ->
 /// Resolve a user path: a whole disk, a partition (as its parent disk with
 /// `selected_partition` set) or a regular file (an image).
 pub fn resolve(root: &SysRoot, path: &Path) -> Result<Target, DeviceError> {
-    let meta = fs::metadata(path).map_err(|e| DeviceError::from_io(path, e))?;
+    let meta = check_kind(path)?;
     if meta.file_type().is_block_device() {
         return resolve_block(root, path, meta.rdev());
     }
     if let Some(target) = fixture_node(root, path) {
         return Ok(target);
     }
-    if meta.is_file() {
-        let path = path.to_path_buf();
-        return Ok(Target { path, name: None, kind: TargetKind::Image, selected_partition: None });
-    }
-    Err(DeviceError::NotBlockOrFile(path.to_path_buf()))
+    let path = path.to_path_buf();
+    Ok(Target { path, name: None, kind: TargetKind::Image, selected_partition: None })
+}
+
+/// Stat `path` without opening it and refuse anything but a block device
+/// or a regular file: opening a FIFO blocks until a writer comes, and
+/// opening a character device can act on it (a tape rewinds, a watchdog
+/// starts).
+pub fn check_kind(path: &Path) -> Result<fs::Metadata, DeviceError> {
+    let meta = fs::metadata(path).map_err(|e| DeviceError::from_io(path, e))?;
+    usable(path, &meta)?;
+    Ok(meta)
+}
+
+fn usable(path: &Path, meta: &fs::Metadata) -> Result<(), DeviceError> {
+    let t = meta.file_type();
+    let kind = if t.is_block_device() || t.is_file() {
+        return Ok(());
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "an unknown kind of file"
+    };
+    Err(DeviceError::NotBlockOrFile { path: path.to_path_buf(), kind })
 }
 
 /// Find the sysfs directory by device number rather than by node name.
@@ -101,11 +126,29 @@ fn fixture_node(root: &SysRoot, path: &Path) -> Option<Target> {
     target_of_sysfs_dir(root, &partition)
 }
 
-/// Open for reading only: auditing never writes. CLOEXEC keeps the
-/// descriptor out of any tool we spawn.
+/// Open for reading only: auditing never writes.
 pub fn open(target: &Target) -> Result<File, DeviceError> {
-    let flags = OFlags::RDONLY | OFlags::CLOEXEC;
-    let fd = rustix::fs::open(&target.path, flags, Mode::empty())
-        .map_err(|e| DeviceError::from_io(&target.path, e.into()))?;
-    Ok(File::from(fd))
+    open_path(&target.path)
+}
+
+/// Open a disk, partition or image for reading only. CLOEXEC keeps the
+/// descriptor out of any tool we spawn.
+pub fn open_path(path: &Path) -> Result<File, DeviceError> {
+    open_checked(path, OFlags::RDONLY | OFlags::CLOEXEC)
+}
+
+/// Open a block device or regular file with `flags`, checked before (see
+/// [`check_kind`]) and after, in case another file took its name between:
+/// open itself never blocks (O_NONBLOCK) nor makes a terminal ours.
+pub fn open_checked(path: &Path, flags: OFlags) -> Result<File, DeviceError> {
+    check_kind(path)?;
+    let io = |e: std::io::Error| DeviceError::from_io(path, e);
+    let fd = rustix::fs::open(path, flags | OFlags::NONBLOCK | OFlags::NOCTTY, Mode::empty())
+        .map_err(|e| io(e.into()))?;
+    let file = File::from(fd);
+    usable(path, &file.metadata().map_err(io)?)?;
+    // Reads and writes block as usual (io_uring would return EAGAIN).
+    let without = rustix::fs::fcntl_getfl(&file).map_err(|e| io(e.into()))? - OFlags::NONBLOCK;
+    rustix::fs::fcntl_setfl(&file, without).map_err(|e| io(e.into()))?;
+    Ok(file)
 }

@@ -92,12 +92,10 @@ pub enum EmulateError {
         device.display()
     )]
     InUse { id: String, device: PathBuf, by: String },
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
+    /// `error` is in the message, so it is no `source`: printed with its
+    /// chain, the cause would appear twice.
+    #[error("{what}: {error}")]
+    Io { what: String, error: std::io::Error },
     #[error("{command} failed: {detail}")]
     Command { command: String, detail: String },
     #[error("timed out waiting for {0}")]
@@ -113,7 +111,7 @@ pub enum EmulateError {
 impl EmulateError {
     fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> EmulateError {
         let what = what.into();
-        move |source| EmulateError::Io { what, source }
+        move |error| EmulateError::Io { what, error }
     }
 }
 

@@ -227,4 +227,34 @@ pub fn audit_json(args: &[&str]) -> (i32, serde_json::Value) {
 }
 
 pub mod corpus;
+/// A mount, unmounted on drop (before its temporary directory goes).
+pub struct Mount {
+    pub dir: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Mount {
+    /// Mount `source` with `options` on a new temporary directory.
+    pub fn new(source: &str, options: &[&str]) -> Mount {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let mut mount = Mount::at(source, temp.path(), options);
+        mount._temp = Some(temp);
+        mount
+    }
+
+    /// Mount `source` with `options` on `dir`.
+    pub fn at(source: &str, dir: &Path, options: &[&str]) -> Mount {
+        let mut args: Vec<&str> = options.to_vec();
+        args.extend([source, dir.to_str().expect("utf-8 path")]);
+        run("mount", &args);
+        Mount { dir: dir.to_path_buf(), _temp: None }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.dir).status();
+    }
+}
+
 pub mod emulate;
