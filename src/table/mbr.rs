@@ -160,7 +160,10 @@ pub(crate) fn read_with_checks(
 }
 
 /// A FAT, NTFS or exFAT boot sector at byte 0, which also ends in 0x55AA.
-fn boot_sector_filesystem(dev: &dyn ReadAt, size_bytes: u64) -> Result<Option<Contents>, TableError> {
+fn boot_sector_filesystem(
+    dev: &dyn ReadAt,
+    size_bytes: u64,
+) -> Result<Option<Contents>, TableError> {
     let found = signature::identify(dev, 0, size_bytes)?;
     Ok(found.filter(|c| matches!(c.kind, Kind::Fat | Kind::Ntfs | Kind::Exfat)))
 }
