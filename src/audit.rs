@@ -147,6 +147,7 @@ impl DiskAudit {
         self.partitions
             .iter()
             .filter(|p| p.partition.kind != PartKind::Extended)
+            .filter(|p| !table::foreign::holds_no_data(&p.partition))
             .map(|p| p.verdict.verdict)
             .max()
     }
@@ -259,8 +260,8 @@ fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Option
             audit.contents = layout.contents;
             if let Some(scheme) = audit.scheme {
                 audit.error = Some(format!(
-                    "holds a {scheme} partition table, which blkalign recognises but does not \
-                     audit"
+                    "holds a partition table of the {scheme} scheme, which blkalign recognises \
+                     but does not audit"
                 ));
             }
             Some(layout.partitions)

@@ -141,7 +141,13 @@ fn row(p: &PartitionAudit, sector: u64, color: bool) -> Vec<Cell> {
     let part = &p.partition;
     let end = part.start.checked_add(part.size).and_then(|e| e.checked_sub(1));
     let bytes = part.size.saturating_mul(sector);
-    let kind = types::name_of(&part.type_id).map_or(part.type_id.clone(), str::to_string);
+    // The names are those of MBR and GPT types; other schemes' codes overlap them.
+    let named = matches!(
+        part.kind,
+        PartKind::Primary | PartKind::Extended | PartKind::Logical | PartKind::Gpt
+    );
+    let name = types::name_of(&part.type_id).filter(|_| named);
+    let kind = name.map_or(part.type_id.clone(), str::to_string);
     let mut verdict = Cell::new(p.verdict.verdict.as_str());
     if color {
         verdict = verdict.fg(match p.verdict.verdict {

@@ -1,13 +1,23 @@
-//! What a partition holds (filesystems, LVM, LUKS, md, swap), recognised
-//! from its own headers, and the fields that record its position.
+//! What a partition holds (filesystems, LVM, LUKS, md, swap, ZFS),
+//! recognised from its own headers, the fields that record its position,
+//! and the layers stacked inside it with where each one's data lies.
 
+mod fs;
+mod layers;
+mod luks;
+mod lvm;
+mod md;
 mod shrink;
 mod signature;
 mod startrec;
+mod verdict;
+mod zfs;
 
+pub use layers::{walk, Details, Layer};
 pub use shrink::shrink_advice;
 pub use signature::{identify, Contents, Kind};
 pub use startrec::{start_fixups, Patch, StackError};
+pub use verdict::{judge, LayerVerdict};
 
 #[cfg(test)]
 mod peers;

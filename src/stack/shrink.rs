@@ -74,6 +74,13 @@ pub fn shrink_advice(
             "shrink what the array holds, then `mdadm --grow /dev/mdN --size=KIB`, KIB being at \
              most {kib} less the data offset `mdadm --examine {dev}` shows"
         ),
+        Kind::Zfs => format!(
+            "{dev}: a ZFS vdev cannot shrink: move the pool's data to a new vdev at most {target} \
+             bytes (zpool attach, then detach this one, or send and receive)"
+        ),
+        Kind::LvmLv => {
+            format!("lvreduce --resizefs -L -{}k {dev}", missing_bytes.div_ceil(4096) * 4)
+        }
         Kind::Iso9660 => {
             format!("{dev}: ISO 9660 is read-only: recreate the image at most {target} bytes")
         }

@@ -19,13 +19,19 @@ pub enum Kind {
     Exfat,
     Md,
     Iso9660,
+    /// A ZFS vdev ("zfs_member").
+    Zfs,
+    /// A logical volume: found in its volume group's metadata, never by
+    /// [`identify`]; named "lvm" as lsblk's TYPE column does.
+    LvmLv,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Contents {
     pub kind: Kind,
     /// libblkid's TYPE name: "ext2"/"ext3"/"ext4", "xfs", "btrfs", "LVM2_member",
-    /// "crypto_LUKS", "swap", "vfat", "ntfs", "exfat", "linux_raid_member", "iso9660".
+    /// "crypto_LUKS", "swap", "vfat", "ntfs", "exfat", "linux_raid_member", "iso9660",
+    /// "zfs_member".
     pub name: &'static str,
     pub label: Option<String>,
     /// The size the contents claim for themselves, in bytes, when the header
@@ -51,7 +57,7 @@ impl Contents {
 }
 
 /// The md superblock magic, little-endian on disk.
-const MD_MAGIC: u32 = 0xa92b_4efc;
+pub(crate) const MD_MAGIC: u32 = 0xa92b_4efc;
 const LUKS_MAGIC: &[u8] = b"LUKS\xba\xbe";
 
 /// What `dev` holds at byte `offset` (a partition of `size` bytes): None for
@@ -67,7 +73,8 @@ pub fn identify(dev: &dyn ReadAt, offset: u64, size: u64) -> io::Result<Option<C
     let region = Region { dev, offset, size };
     // libblkid's order: RAID and volume managers first, since a member's
     // data area may itself start with a file system.
-    let probes: [Probe; 11] = [md, lvm, luks, exfat, ntfs, fat, swap, xfs, ext, btrfs, iso9660];
+    let probes: [Probe; 12] =
+        [md, lvm, luks, exfat, ntfs, fat, swap, xfs, ext, btrfs, zfs, iso9660];
     Ok(probes.iter().find_map(|probe| probe(&region, &first)))
 }
 
@@ -95,24 +102,24 @@ impl Region<'_> {
     }
 }
 
-fn be_u16(buf: &[u8], at: usize) -> Option<u16> {
+pub(crate) fn be_u16(buf: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes(buf.get(at..at.checked_add(2)?)?.try_into().ok()?))
 }
 
-fn be_u32(buf: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn be_u32(buf: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(buf.get(at..at.checked_add(4)?)?.try_into().ok()?))
 }
 
-fn be_u64(buf: &[u8], at: usize) -> Option<u64> {
+pub(crate) fn be_u64(buf: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_be_bytes(buf.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
-fn has(buf: &[u8], at: usize, magic: &[u8]) -> bool {
+pub(crate) fn has(buf: &[u8], at: usize, magic: &[u8]) -> bool {
     at.checked_add(magic.len()).and_then(|end| buf.get(at..end)) == Some(magic)
 }
 
 /// A NUL- or space-padded label; None when empty or not UTF-8.
-fn text(buf: &[u8], at: usize, len: usize) -> Option<String> {
+pub(crate) fn text(buf: &[u8], at: usize, len: usize) -> Option<String> {
     let raw = buf.get(at..at.checked_add(len)?)?;
     let raw = raw.split(|&b| b == 0).next().unwrap_or_default();
     let label = std::str::from_utf8(raw).ok()?.trim_end();
@@ -120,6 +127,16 @@ fn text(buf: &[u8], at: usize, len: usize) -> Option<String> {
 }
 
 fn md(region: &Region, first: &[u8]) -> Option<Contents> {
+    md_superblock(region, first).map(|(_, _, found)| found)
+}
+
+/// Where an md superblock lies in the region (bytes), its version ("0.90",
+/// "1.0", "1.1", "1.2": a 1.x version follows from the place) and what it
+/// says.
+pub(crate) fn md_superblock(
+    region: &Region,
+    first: &[u8],
+) -> Option<(u64, &'static str, Contents)> {
     let sectors = region.size / 512;
     // 1.0 sits 8-16 KiB before the end on a 4 KiB boundary; 0.90 in the
     // last whole 64 KiB block; 1.1 at 0; 1.2 at 4 KiB.
@@ -128,12 +145,19 @@ fn md(region: &Region, first: &[u8]) -> Option<Contents> {
     let v10 = sectors.checked_sub(16).map(|s| (s & !7) * 512).filter(|_| big);
     let v090 = (region.size / 65536).checked_sub(1).map(|blocks| blocks * 65536).filter(|_| big);
     let at_end = |at: Option<u64>| at.and_then(|at| region.bytes(at, 512).map(|sb| (at, sb)));
-    if at_end(v090).is_some_and(|(at, sb)| md090(&sb, at)) {
-        return Some(Contents::new(Kind::Md, "linux_raid_member"));
+    if let Some((at, _)) = at_end(v090).filter(|(at, sb)| md090(sb, *at)) {
+        return Some((at, "0.90", Contents::new(Kind::Md, "linux_raid_member")));
     }
     let start = || Some((0, first.to_vec()));
     let v12 = || region.bytes(4096, 512).map(|sb| (4096, sb));
-    [at_end(v10), start(), v12()].into_iter().flatten().find_map(|(at, sb)| md1(&sb, at))
+    [at_end(v10), start(), v12()].into_iter().flatten().find_map(|(at, sb)| {
+        let version = match at {
+            0 => "1.1",
+            4096 => "1.2",
+            _ => "1.0",
+        };
+        md1(&sb, at).map(|found| (at, version, found))
+    })
 }
 
 /// An md 0.90 superblock at byte `at`, written in its host's byte order;
@@ -165,20 +189,26 @@ fn md1(sb: &[u8], at: u64) -> Option<Contents> {
 }
 
 fn lvm(region: &Region, first: &[u8]) -> Option<Contents> {
+    lvm_label(region, first).and_then(|label| lvm_contents(&label))
+}
+
+/// The sector holding a valid LVM2 label, one of the first four: it
+/// records its own sector and carries a CRC.
+pub(crate) fn lvm_label(region: &Region, first: &[u8]) -> Option<Vec<u8>> {
     (0..4u64).find_map(|sector| {
         let buf = if sector == 0 { Some(first.to_vec()) } else { region.bytes(sector * 512, 512) };
-        lvm_label(&buf?, sector)
+        buf.filter(|buf| lvm_label_valid(buf, sector))
     })
 }
 
-/// An LVM2 label in `sector`: it records its own sector and carries a CRC.
-fn lvm_label(buf: &[u8], sector: u64) -> Option<Contents> {
-    if !has(buf, 0, b"LABELONE") || !has(buf, 24, b"LVM2 001") || le_u64(buf, 8)? != sector {
-        return None;
-    }
-    if le_u32(buf, 16)? != lvm_crc(buf.get(20..)?) {
-        return None;
-    }
+fn lvm_label_valid(buf: &[u8], sector: u64) -> bool {
+    has(buf, 0, b"LABELONE")
+        && has(buf, 24, b"LVM2 001")
+        && le_u64(buf, 8) == Some(sector)
+        && buf.get(20..).map(lvm_crc).is_some_and(|crc| le_u32(buf, 16) == Some(crc))
+}
+
+fn lvm_contents(buf: &[u8]) -> Option<Contents> {
     let header = usize::try_from(le_u32(buf, 20)?).ok()?;
     // The PV header: a 32-byte UUID, then the device size it was made for.
     let size = le_u64(buf, header.checked_add(32)?).filter(|&s| s > 0);
@@ -187,7 +217,7 @@ fn lvm_label(buf: &[u8], sector: u64) -> Option<Contents> {
 
 /// LVM's CRC-32: the IEEE polynomial seeded with 0xf597a6cf, no final XOR.
 /// crc32fast inverts on the way in and out, so invert around it.
-fn lvm_crc(data: &[u8]) -> u32 {
+pub(crate) fn lvm_crc(data: &[u8]) -> u32 {
     let mut hasher = crc32fast::Hasher::new_with_initial(!0xf597_a6cf);
     hasher.update(data);
     !hasher.finalize()
@@ -235,6 +265,9 @@ pub(crate) struct FatBpb {
     pub(crate) bytes_per_sector: u64,
     pub(crate) fat32: bool,
     pub(crate) total_sectors: u64,
+    pub(crate) sectors_per_cluster: u64,
+    /// Sectors before the data region: reserved, FATs, root directory.
+    pub(crate) data_start_sectors: u64,
 }
 
 pub(crate) fn fat_bpb(boot: &[u8]) -> Option<FatBpb> {
@@ -257,10 +290,17 @@ pub(crate) fn fat_bpb(boot: &[u8]) -> Option<FatBpb> {
     }
     let total16 = le_u16(boot, 19)?;
     let total = if total16 == 0 { le_u32(boot, 32)? } else { u32::from(total16) };
+    let fat16_size = le_u16(boot, 22)?;
+    let fat_size = if fat16_size == 0 { le_u32(boot, 36)? } else { u32::from(fat16_size) };
+    // The root directory's 32-byte entries, in whole sectors.
+    let root_sectors = (u64::from(le_u16(boot, 17)?) * 32).div_ceil(u64::from(bps));
+    let data_start = u64::from(reserved) + u64::from(fats) * u64::from(fat_size) + root_sectors;
     Some(FatBpb {
         bytes_per_sector: u64::from(bps),
-        fat32: le_u16(boot, 22)? == 0,
+        fat32: fat16_size == 0,
         total_sectors: u64::from(total),
+        sectors_per_cluster: u64::from(spc),
+        data_start_sectors: data_start,
     })
 }
 
@@ -275,21 +315,18 @@ fn fat(_: &Region, first: &[u8]) -> Option<Contents> {
 }
 
 fn swap(region: &Region, _: &[u8]) -> Option<Contents> {
-    let mut page = 4096u64;
-    while page <= 65536 {
-        if let Some(found) = swap_at(region, page) {
-            return Some(found);
-        }
-        page *= 2;
-    }
-    None
+    swap_page(region).and_then(|page| swap_at(region, page))
+}
+
+/// The page size a swap area was made for: where its magic ends.
+pub(crate) fn swap_page(region: &Region) -> Option<u64> {
+    [4096u64, 8192, 16384, 32768, 65536].into_iter().find(|&page| {
+        region.bytes(page - 10, 10).is_some_and(|m| m == b"SWAPSPACE2" || m == b"SWAP-SPACE")
+    })
 }
 
 fn swap_at(region: &Region, page: u64) -> Option<Contents> {
     let magic = region.bytes(page - 10, 10)?;
-    if magic != b"SWAPSPACE2" && magic != b"SWAP-SPACE" {
-        return None;
-    }
     // Version 1 header after 1 KiB of boot space: version, last_page,
     // nr_badpages, uuid, label.
     let header = region.bytes(1024, 44).unwrap_or_default();
@@ -358,6 +395,17 @@ fn btrfs(region: &Region, _: &[u8]) -> Option<Contents> {
     // covers every device of a multi-device file system.
     let size = le_u64(&sb, 0xc9 + 8).filter(|&s| s > 0);
     Some(Contents::new(Kind::Btrfs, "btrfs").label(text(&sb, 0x12b, 256)).size(size))
+}
+
+/// libblkid looks for ZFS only on regions of 64 MiB or more.
+const ZFS_MIN: u64 = 64 << 20;
+
+fn zfs(region: &Region, _: &[u8]) -> Option<Contents> {
+    if region.size < ZFS_MIN {
+        return None;
+    }
+    let label = super::zfs::label(region)?;
+    Some(Contents::new(Kind::Zfs, "zfs_member").label(label.pool))
 }
 
 fn iso9660(region: &Region, _: &[u8]) -> Option<Contents> {

@@ -227,6 +227,8 @@ pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut 
         let part = partition(number, u64::from(e.start_lba), e, kind, None);
         if BSD_TYPES.contains(&e.kind) {
             slices.push(part.clone());
+        } else if let Some(scheme) = super::foreign::nested(dev, &part, layout.sector_size) {
+            layout.scheme = Some(scheme);
         }
         layout.partitions.push(part.clone());
         if kind == PartKind::Extended {
@@ -239,11 +241,10 @@ pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut 
         }
     }
     for slice in &slices {
-        let found = super::bsd::read_nested(dev, slice, next, layout);
-        next = next.saturating_add(u32::try_from(found.len()).unwrap_or(u32::MAX));
+        let found = super::bsd::read_nested(dev, slice, &mut next, layout);
         layout.partitions.extend(found);
     }
-    layout.label = Label::Mbr;
+    layout.label = if layout.scheme.is_some() { Label::Unsupported } else { Label::Mbr };
     layout.mbr = Some(info);
 }
 

@@ -139,8 +139,12 @@ impl Severity {
             | "gpt_entry_inverted"
             | "position_overflow"
             | "label_bad_checksum"
-            | "kernel_reads_boot_code" => Severity::Error,
-            "hybrid_iso" | "iso_nested" | "too_small" => Severity::Info,
+            | "kernel_reads_boot_code"
+            | "start_not_whole_sector"
+            | "label_ignored_by_linux"
+            | "bsd_outside_slice"
+            | "bsd_unreadable" => Severity::Error,
+            "hybrid_iso" | "iso_nested" | "too_small" | "libblkid_differs" => Severity::Info,
             _ => Severity::Warning,
         }
     }
@@ -299,6 +303,9 @@ pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layou
             ));
         }
         gpt::read_into(dev, sectors, &mut layout)?;
+    } else if let Some(scheme) = foreign::before_mbr(dev, sector_size) {
+        layout.label = Label::Unsupported;
+        layout.scheme = Some(scheme);
     } else if !sgi::read_into(dev, sectors, &mut layout)? {
         let is_mbr = match mbr.as_ref().filter(|m| m.boot_indicators_valid()) {
             Some(mbr) => mbr::read_with_checks(dev, mbr, sectors, size_bytes, &mut layout)?,
@@ -475,8 +482,19 @@ fn check_bounds(layout: &mut Layout, sectors: u64) {
 /// since it holds its logicals by design.
 fn check_overlaps(layout: &mut Layout) {
     let mut found = Vec::new();
-    let mut sorted: Vec<&Partition> =
-        layout.partitions.iter().filter(|p| p.size > 0 && p.kind != PartKind::Extended).collect();
+    let nested = layout.partitions.iter().any(|p| p.kind == PartKind::Bsd);
+    // Containers hold their logicals or BSD partitions by design.
+    let container = |p: &Partition| {
+        p.kind == PartKind::Extended
+            || (nested
+                && p.kind == PartKind::Primary
+                && types::parse_mbr_code(&p.type_id).is_some_and(|c| mbr::BSD_TYPES.contains(&c)))
+    };
+    let mut sorted: Vec<&Partition> = layout
+        .partitions
+        .iter()
+        .filter(|p| p.size > 0 && !container(p) && !foreign::holds_no_data(p))
+        .collect();
     sorted.sort_by_key(|p| (p.start, p.number));
     let mut reach: Option<(&Partition, u64)> = None;
     for p in sorted {
@@ -499,7 +517,7 @@ fn check_overlaps(layout: &mut Layout) {
         .collect();
     for (i, a) in slots.iter().enumerate() {
         for b in slots.iter().skip(i + 1) {
-            let has_ext = a.kind == PartKind::Extended || b.kind == PartKind::Extended;
+            let has_ext = container(a) || container(b);
             if has_ext && intersects(a, b) {
                 found.push(overlap(a, b));
             }
