@@ -4,7 +4,8 @@
 //! a partition holding nothing recognised; one that holds something gets
 //! what checks or tunes it in place.
 
-use crate::stack::{self, Contents, Kind};
+use crate::align::Class;
+use crate::stack::{self, Contents, Details, Kind, Layer, LayerVerdict};
 use crate::table::ReadAt;
 use serde::Serialize;
 
@@ -105,6 +106,64 @@ pub fn advise(dev: &str, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<Advice>
 }
 
 const RECREATE: &str = "changing it means recreating it: copy the data off first";
+
+/// What to do about a layer found inside partition `dev` whose verdict is
+/// not aligned, from what its header says. None for an aligned layer.
+pub fn for_layer(dev: &str, io: &IoSizes, layer: &Layer, verdict: &LayerVerdict) -> Option<Advice> {
+    if verdict.verdict == Class::Aligned {
+        return None;
+    }
+    let at = layer.absolute_offset_bytes;
+    let off = if verdict.aligned_physical {
+        String::new()
+    } else {
+        format!(" starts at byte {at}, {} bytes off a physical sector;", verdict.misalignment_bytes)
+    };
+    let finding = verdict.finding.as_deref().map(|f| format!(" {f};")).unwrap_or_default();
+    let said = format!("{}{off}{finding}", layer.name);
+    Some(match &layer.details {
+        Details::LvmPv { vg, .. } => {
+            let vg = vg.as_deref().unwrap_or("VG");
+            Advice::run(
+                "lvm",
+                format!("pvmove {dev} NEWPV"),
+                format!(
+                    "{said} its data area (pe_start) is fixed when the PV is made: first make an \
+                     aligned PV on a new device (`pvcreate --dataalignment {}b NEWPV`, which \
+                     destroys what NEWPV holds; `vgextend {vg} NEWPV`), move the extents to it \
+                     live, then `vgreduce {vg} {dev}`",
+                    lvm_alignment(io)
+                ),
+            )
+        }
+        Details::LvmLv { vg, lv, .. } => Advice::note(
+            "lvm",
+            format!("{said} {vg}/{lv} sits on a misaligned data area: fix the PV (see its line)"),
+        ),
+        Details::Luks { .. } => Advice::note(
+            "luks",
+            format!(
+                "{said} the payload offset is fixed in the header: reformat with `cryptsetup \
+                 luksFormat --type luks2 --offset SECTORS` on an aligned number of 512-byte \
+                 sectors (copy the data off first), or shift it with `cryptsetup reencrypt \
+                 --reduce-device-size`"
+            ),
+        ),
+        Details::Md { .. } => Advice::note(
+            "md",
+            format!("{said} recreate the array with `mdadm --create --data-offset=` a multiple of {} KiB; {RECREATE}", io.physical / 1024),
+        ),
+        Details::Zfs { .. } => Advice::note(
+            "zfs",
+            format!(
+                "{said} ashift cannot change on an existing vdev: `zpool replace`/`attach` onto a \
+                 vdev added with -o ashift=12, or recreate the pool"
+            ),
+        ),
+        Details::Ext { .. } if verdict.aligned_physical => ext4_in_place(dev, io),
+        _ => Advice::note(layer.name, format!("{said} fix the layer below it, or {RECREATE}")),
+    })
+}
 
 /// For a partition that already holds `c`: what tunes it in place, or
 /// checks it, and what changing the rest would take.

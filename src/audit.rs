@@ -4,7 +4,7 @@ use crate::align::{Class, Geometry, Verdict};
 use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology};
 use crate::probe;
 use crate::realign;
-use crate::stack::Contents;
+use crate::stack::{self, Contents, Layer, LayerVerdict};
 use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem, Severity};
 use serde::Serialize;
 use std::fs::File;
@@ -86,6 +86,17 @@ pub struct PartitionAudit {
     pub verdict: Verdict,
     /// The user named this partition.
     pub selected: bool,
+    /// What it holds, outermost first, each judged where its data starts.
+    pub layers: Vec<LayerAudit>,
+}
+
+/// A layer of a stack and its verdict.
+#[derive(Clone, Debug, Serialize)]
+pub struct LayerAudit {
+    #[serde(flatten)]
+    pub layer: Layer,
+    #[serde(flatten)]
+    pub verdict: LayerVerdict,
 }
 
 /// A table structure whose position is worth showing (EBRs, GPT arrays).
@@ -113,6 +124,8 @@ pub struct DiskAudit {
     pub scheme: Option<&'static str>,
     /// What starts at byte 0 of a disk without a table.
     pub contents: Option<Contents>,
+    /// The layers of a disk without a table, outermost first.
+    pub layers: Vec<LayerAudit>,
     /// Why part of this target could not be checked.
     pub error: Option<String>,
 }
@@ -137,19 +150,22 @@ impl DiskAudit {
             mbr: None,
             scheme: None,
             contents: None,
+            layers: Vec::new(),
             error: None,
         }
     }
 
-    /// The worst verdict among data partitions (the extended container only
-    /// holds EBRs, so its own start costs nothing).
+    /// The worst verdict among data partitions and the layers they (or a
+    /// disk without a table) hold. The extended container only holds EBRs,
+    /// so its own start costs nothing.
     pub fn worst(&self) -> Option<Class> {
-        self.partitions
+        let data = self
+            .partitions
             .iter()
             .filter(|p| p.partition.kind != PartKind::Extended)
-            .filter(|p| !table::foreign::holds_no_data(&p.partition))
-            .map(|p| p.verdict.verdict)
-            .max()
+            .filter(|p| !table::foreign::holds_no_data(&p.partition));
+        let layers = data.clone().flat_map(|p| &p.layers).chain(&self.layers);
+        data.map(|p| p.verdict.verdict).chain(layers.map(|l| l.verdict.verdict)).max()
     }
 
     /// Some problem makes data unreachable or not where the table says.
@@ -215,6 +231,9 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
         check_unfinished_move(&mut audit, root, target, &topology, file);
     }
     judge(&mut audit, found, &geometry, target.selected_partition);
+    if let Ok(file) = &file {
+        walk_layers(&mut audit, file, &geometry, topology.size_bytes);
+    }
     audit.topology = Some(topology);
     audit.geometry = Some(geometry);
     audit
@@ -372,7 +391,13 @@ fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, sele
             continue;
         };
         let selected = selected == Some(partition.number);
-        audit.partitions.push(PartitionAudit { partition, source, verdict, selected });
+        audit.partitions.push(PartitionAudit {
+            partition,
+            source,
+            verdict,
+            selected,
+            layers: Vec::new(),
+        });
     }
     if let Some(n) = selected.filter(|n| !audit.partitions.iter().any(|p| p.partition.number == *n))
     {
@@ -382,6 +407,39 @@ fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, sele
         ));
     }
     audit.structures = structures(audit, geometry);
+}
+
+/// Find and judge what each data partition holds, and what a disk without
+/// a table holds from byte 0.
+fn walk_layers(audit: &mut DiskAudit, file: &File, geometry: &Geometry, size_bytes: u64) {
+    let judged = |at: u64, len: u64| -> Vec<LayerAudit> {
+        stack::walk(file, at, len)
+            .into_iter()
+            .map(|layer| {
+                let verdict = stack::judge(
+                    &layer,
+                    geometry.physical,
+                    geometry.alignment_offset,
+                    geometry.optimal_io,
+                );
+                LayerAudit { layer, verdict }
+            })
+            .collect()
+    };
+    let ss = geometry.logical;
+    for p in &mut audit.partitions {
+        let part = &p.partition;
+        if part.kind == PartKind::Extended || table::foreign::holds_no_data(part) {
+            continue;
+        }
+        if let (Some(at), Some(len)) = (part.start.checked_mul(ss), part.size.checked_mul(ss)) {
+            // Only what lies on the disk: a partition may claim more.
+            p.layers = judged(at, len.min(size_bytes.saturating_sub(at)));
+        }
+    }
+    if audit.table == TableState::None {
+        audit.layers = judged(0, size_bytes);
+    }
 }
 
 /// EBRs, the GPT entry array and the first usable LBA, with their alignment.

@@ -799,7 +799,7 @@ fn zfs_ashift_from_the_vdev_label() {
         );
         assert_eq!((layer.offset_bytes, layer.unit_bytes), (4 * MIB, Some(1 << ashift)));
         let verdict = judge(layer, 4096, 0, None);
-        assert_eq!(verdict.note.is_some(), ashift == 9, "{verdict:?}");
+        assert_eq!(verdict.finding.is_some(), ashift == 9, "{verdict:?}");
         assert_eq!(verdict.verdict, if ashift == 9 { Class::Suboptimal } else { Class::Aligned });
     }
 }
@@ -815,7 +815,7 @@ fn findings_at_aligned_offsets() {
     run("mkfs.xfs", &["-q", "-f", "-s", "size=512", img.str()]);
     let xfs = &layers(&img.path, 0, 320 * MIB)[0];
     let on_4k = judge(xfs, 4096, 0, None);
-    assert!(on_4k.aligned_physical && on_4k.note.as_deref().unwrap().contains("512-byte sectors"));
+    assert!(on_4k.aligned_physical && on_4k.finding.as_deref().unwrap().contains("512-byte sectors"));
     assert_eq!(on_4k.verdict, Class::Suboptimal);
     assert_eq!(judge(xfs, 512, 0, None).verdict, Class::Aligned, "a genuine 512-byte drive");
 
@@ -823,7 +823,7 @@ fn findings_at_aligned_offsets() {
     run("mkfs.ext4", &["-q", "-F", "-b", "4096", img.str()]);
     let plain = &layers(&img.path, 0, 32 * MIB)[0];
     let raid = judge(plain, 4096, 0, Some(256 << 10));
-    assert!(raid.note.as_deref().unwrap().contains("stripe_width=64"), "{raid:?}");
+    assert!(raid.finding.as_deref().unwrap().contains("stripe_width=64"), "{raid:?}");
     assert_eq!(judge(plain, 4096, 0, None).verdict, Class::Aligned);
     run("mkfs.ext4", &["-q", "-F", "-b", "4096", "-E", "stride=16,stripe_width=64", img.str()]);
     let tuned = &layers(&img.path, 0, 32 * MIB)[0];
@@ -906,4 +906,56 @@ fn survives_damage(path: &Path, offset: u64, len: u64) {
             Ok(())
         })
         .expect("never panics");
+}
+
+/// `audit` judges every layer where its data starts on the disk: a PV made
+/// with `--dataalignmentoffset 7s` in an aligned partition makes the exit
+/// code 1, at the byte `pvs` puts its first extent; `advise` moves its
+/// extents away instead of recreating anything. A plain PV beside it is fine.
+#[test]
+fn audit_and_advise_judge_the_layers_inside_partitions() {
+    if !lvm_ready() {
+        return;
+    }
+    let image = Image::sfdisk(64 * MIB, "label: dos\nstart=2048, size=40960\nstart=43008\n");
+    let disk = Loop::attach(&image.path, 512);
+    disk.add_partitions(2);
+    let (bad, good) = (format!("{}p1", disk.str()), format!("{}p2", disk.str()));
+    lvm("pvcreate", &["-q", "--dataalignmentoffset", "7s", &bad]);
+    lvm("pvcreate", &["-q", &good]);
+    let pe_start = pvs_pe_start(&bad);
+    let (code, target) = common::audit_json(&[disk.str()]);
+    assert_eq!(code, 1, "{target}");
+    let layers = |n: usize| target["partitions"][n]["layers"].as_array().expect("layers").clone();
+    let (bad_layers, good_layers) = (layers(0), layers(1));
+    assert_eq!(bad_layers[0]["kind"], "lvm_pv", "{target}");
+    assert_eq!(bad_layers[0]["absolute_offset_bytes"], 2048 * 512 + pe_start);
+    assert_eq!(bad_layers[0]["verdict"], "misaligned");
+    assert_eq!(target["partitions"][0]["verdict"], "aligned");
+    assert_eq!(good_layers[0]["verdict"], "aligned", "{target}");
+    let human = common::blkalign().args(["audit", disk.str()]).output().expect("audit");
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("└ LVM2_member") && text.contains("1 layer inside misaligned"), "{text}");
+    let advice = common::blkalign().args(["advise", "--json", disk.str()]).output().expect("run");
+    let advice: serde_json::Value = serde_json::from_slice(&advice.stdout).expect("json");
+    let first = advice[0]["advice"].to_string();
+    assert!(first.contains("pvmove") && !first.contains("\"destroys_data\":true"), "{first}");
+}
+
+/// A disk without a table: its layers are the target's own.
+#[test]
+fn a_whole_disk_file_system_is_judged_as_the_targets_layer() {
+    if !needs(false, &["mkfs.ext4"]) {
+        return;
+    }
+    let image = Image::new(32 * MIB);
+    run("mkfs.ext4", &["-q", "-F", "-b", "1024", image.str()]);
+    let (code, target) = common::audit_json(&[image.str()]);
+    assert_eq!(target["table"], "none");
+    assert_eq!(target["contents"]["name"], "ext4");
+    let layer = &target["layers"][0];
+    assert_eq!((layer["name"].as_str(), layer["unit_bytes"].as_u64()), (Some("ext4"), Some(1024)));
+    // 1 KiB blocks on a 4 KiB sector: suboptimal, not misaligned.
+    assert_eq!(layer["verdict"], "suboptimal", "{target}");
+    assert_eq!(code, 0, "{target}");
 }

@@ -64,7 +64,8 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         .map(|p| {
             let node = node(&target, p.number);
             let holds = advise::holds(&file, p.start, p.size, logical, topology.size_bytes);
-            let advice = advise::advise(&node, &disk, &io, &holds);
+            let mut advice = advise::advise(&node, &disk, &io, &holds);
+            advice.extend(layer_advice(&file, p, logical, &geometry, &io, &node));
             let (contents, error) = match holds {
                 Holds::Nothing => (None, None),
                 Holds::Contents(c) => (Some(c), None),
@@ -107,6 +108,29 @@ fn text(advice: &[PartitionAdvice]) -> String {
         }
     }
     out
+}
+
+/// Advice from the layers found inside partition `p`: what fixes each one
+/// that is not aligned.
+fn layer_advice(
+    file: &std::fs::File,
+    p: &blkalign::table::Partition,
+    logical: u64,
+    geometry: &Geometry,
+    io: &IoSizes,
+    node: &str,
+) -> Vec<Advice> {
+    let (Some(at), Some(len)) = (p.start.checked_mul(logical), p.size.checked_mul(logical)) else {
+        return Vec::new();
+    };
+    blkalign::stack::walk(file, at, len)
+        .iter()
+        .filter_map(|layer| {
+            let (physical, offset) = (geometry.physical, geometry.alignment_offset);
+            let verdict = blkalign::stack::judge(layer, physical, offset, geometry.optimal_io);
+            advise::for_layer(node, io, layer, &verdict)
+        })
+        .collect()
 }
 
 /// /dev/sda -> /dev/sda1, /dev/nvme0n1 -> /dev/nvme0n1p1; images have no

@@ -3,7 +3,7 @@
 
 use super::human_size;
 use crate::align::Class;
-use crate::audit::{DiskAudit, PartitionAudit};
+use crate::audit::{DiskAudit, LayerAudit, PartitionAudit};
 use crate::device::{Source, Sourced, Topology};
 use crate::table::{types, PartKind, Severity};
 use comfy_table::{presets, Cell, CellAlignment, Color, Table};
@@ -36,6 +36,13 @@ fn disk(out: &mut String, a: &DiskAudit, color: bool) {
         let label = c.label.as_deref().map(|l| format!(" labelled {l:?}")).unwrap_or_default();
         let _ = writeln!(out, "  holds: {}{label} from byte 0, with no partition table", c.name);
     }
+    if shows_layers(&a.layers) {
+        for l in &a.layers {
+            let cells: Vec<String> =
+                layer_row(l, false).iter().skip(7).map(|c| c.content()).collect();
+            let _ = writeln!(out, "  {}", cells.join("  "));
+        }
+    }
     for p in &a.problems {
         let word = match p.severity {
             Severity::Error => "problem",
@@ -57,7 +64,10 @@ fn disk(out: &mut String, a: &DiskAudit, color: bool) {
         );
     }
     let _ = writeln!(out, "  {}", summary(a));
-    let misaligned = a.worst() == Some(Class::Misaligned);
+    let misaligned = a
+        .partitions
+        .iter()
+        .any(|p| p.partition.kind != PartKind::Extended && p.verdict.verdict == Class::Misaligned);
     if misaligned && a.error.is_none() {
         let _ = writeln!(
             out,
@@ -124,10 +134,17 @@ fn partition_table(a: &DiskAudit, color: bool) -> String {
     } else {
         table.force_no_tty();
     }
-    table.set_header(["", "#", "START", "END", "SECTORS", "SIZE", "TYPE", "VERDICT", "DETAIL"]);
+    table.set_header([
+        "", "#", "START", "END", "SECTORS", "SIZE", "TYPE", "FSTYPE", "VERDICT", "DETAIL",
+    ]);
     let sector = a.topology.as_ref().map_or(512, |t| t.logical_sector_size.value);
     for p in &a.partitions {
         table.add_row(row(p, sector, color));
+        if shows_layers(&p.layers) {
+            for layer in &p.layers {
+                table.add_row(layer_row(layer, color));
+            }
+        }
     }
     for column in 1..=5 {
         if let Some(c) = table.column_mut(column) {
@@ -135,6 +152,46 @@ fn partition_table(a: &DiskAudit, color: bool) -> String {
         }
     }
     table.to_string()
+}
+
+/// Layers get lines of their own when there is more than one, or one
+/// that is not aligned; a lone aligned one is said by FSTYPE.
+fn shows_layers(layers: &[LayerAudit]) -> bool {
+    layers.len() > 1 || layers.iter().any(|l| l.verdict.verdict != Class::Aligned)
+}
+
+fn verdict_cell(class: Class, color: bool) -> Cell {
+    let cell = Cell::new(class.as_str());
+    if !color {
+        return cell;
+    }
+    cell.fg(match class {
+        Class::Aligned => Color::Green,
+        Class::Suboptimal => Color::Yellow,
+        Class::Misaligned => Color::Red,
+    })
+}
+
+/// An indented line for one layer under its partition.
+fn layer_row(l: &LayerAudit, color: bool) -> Vec<Cell> {
+    let layer = &l.layer;
+    let indent = "  ".repeat(usize::try_from(layer.depth).unwrap_or(0));
+    let label = layer.label.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
+    let mut detail = format!(
+        "data at byte {} of the disk ({} into its container)",
+        layer.absolute_offset_bytes, layer.offset_bytes
+    );
+    if let Some(unit) = layer.unit_bytes {
+        let _ = write!(detail, ", {unit}-byte units");
+    }
+    for more in [&l.verdict.cost, &l.verdict.finding].into_iter().flatten() {
+        let _ = write!(detail, "; {more}");
+    }
+    let mut cells = vec![Cell::new(""); 7];
+    cells.push(Cell::new(format!("{indent}└ {}{label}", layer.name)));
+    cells.push(verdict_cell(l.verdict.verdict, color));
+    cells.push(Cell::new(detail));
+    cells
 }
 
 fn row(p: &PartitionAudit, sector: u64, color: bool) -> Vec<Cell> {
@@ -148,14 +205,7 @@ fn row(p: &PartitionAudit, sector: u64, color: bool) -> Vec<Cell> {
     );
     let name = types::name_of(&part.type_id).filter(|_| named);
     let kind = name.map_or(part.type_id.clone(), str::to_string);
-    let mut verdict = Cell::new(p.verdict.verdict.as_str());
-    if color {
-        verdict = verdict.fg(match p.verdict.verdict {
-            Class::Aligned => Color::Green,
-            Class::Suboptimal => Color::Yellow,
-            Class::Misaligned => Color::Red,
-        });
-    }
+    let fstype = p.layers.first().map_or("", |l| l.layer.name);
     vec![
         Cell::new(if p.selected { "*" } else { "" }),
         Cell::new(part.number),
@@ -164,7 +214,8 @@ fn row(p: &PartitionAudit, sector: u64, color: bool) -> Vec<Cell> {
         Cell::new(part.size),
         Cell::new(human_size(bytes)),
         Cell::new(kind),
-        verdict,
+        Cell::new(fstype),
+        verdict_cell(p.verdict.verdict, color),
         Cell::new(detail(p)),
     ]
 }
@@ -208,8 +259,15 @@ fn summary(a: &DiskAudit) -> String {
         Some(g) if g.physical_assumed => " (judged against 4096-byte physical sectors, assumed: pass --trust-kernel to believe the drive)",
         _ => "",
     };
+    let layers = data.iter().flat_map(|p| &p.layers).chain(&a.layers);
+    let bad = layers.filter(|l| l.verdict.verdict == Class::Misaligned).count();
+    let bad = match bad {
+        0 => String::new(),
+        1 => ", 1 layer inside misaligned".to_string(),
+        n => format!(", {n} layers inside misaligned"),
+    };
     format!(
-        "summary: {verdict}: {} partition{}, {} aligned, {} suboptimal, {} misaligned{assumed}",
+        "summary: {verdict}: {} partition{}, {} aligned, {} suboptimal, {} misaligned{bad}{assumed}",
         data.len(),
         if data.len() == 1 { "" } else { "s" },
         count(Class::Aligned),

@@ -1,7 +1,7 @@
 //! The JSON contract (version 1): fields may be added, none renamed.
 
 use crate::align::Class;
-use crate::audit::{DiskAudit, PartSource, PartitionAudit, StructureAudit, TableState};
+use crate::audit::{DiskAudit, LayerAudit, PartSource, PartitionAudit, StructureAudit, TableState};
 use crate::device::{Source, TargetKind};
 use crate::stack::Contents;
 use crate::table::{PartKind, Problem};
@@ -40,6 +40,8 @@ struct Target<'a> {
     scheme: Option<&'a str>,
     /// What starts at byte 0 when `table` is "none".
     contents: Option<&'a Contents>,
+    /// For `table` "none": the layers from byte 0, outermost first.
+    layers: &'a [LayerAudit],
     problems: &'a [Problem],
     notes: &'a [String],
     error: Option<&'a str>,
@@ -67,6 +69,8 @@ struct Partition<'a> {
     nearest_aligned_after: Option<u64>,
     cost: Option<&'a str>,
     selected: bool,
+    /// What it holds, outermost first.
+    layers: &'a [LayerAudit],
 }
 
 pub fn render(audits: &[DiskAudit]) -> String {
@@ -102,6 +106,7 @@ fn target(a: &DiskAudit) -> Target<'_> {
         table: a.table,
         scheme: a.scheme,
         contents: a.contents.as_ref(),
+        layers: &a.layers,
         problems: &a.problems,
         notes: t.map(|t| t.notes.as_slice()).unwrap_or_default(),
         error: a.error.as_deref(),
@@ -131,5 +136,6 @@ fn partition(p: &PartitionAudit) -> Partition<'_> {
         nearest_aligned_after: v.nearest_aligned_after,
         cost: v.cost.as_deref(),
         selected: p.selected,
+        layers: &p.layers,
     }
 }

@@ -15,14 +15,14 @@ pub struct LayerVerdict {
     /// None when no optimal I/O size is known.
     pub aligned_optimal: Option<bool>,
     /// `misaligned` when its data is off a physical boundary; `suboptimal`
-    /// when off the optimal I/O size or when `note` has a finding.
+    /// when off the optimal I/O size or when `finding` has one.
     pub verdict: Class,
     /// Bytes past the last physical boundary (0 when aligned).
     pub misalignment_bytes: u64,
     /// For a misaligned offset: the cost in words.
     pub cost: Option<String>,
     /// Findings from the layer's own settings, whatever its offset.
-    pub note: Option<String>,
+    pub finding: Option<String>,
 }
 
 /// Judge `layer` on a device whose effective physical sector is `physical`
@@ -53,7 +53,7 @@ pub fn judge(
         verdict,
         misalignment_bytes: v.as_ref().map_or(0, |v| v.misalignment_bytes),
         cost: v.and_then(|v| v.cost),
-        note: (!findings.is_empty()).then(|| findings.join("; ")),
+        finding: (!findings.is_empty()).then(|| findings.join("; ")),
     }
 }
 
