@@ -38,6 +38,19 @@ impl State {
             .expect("run audit");
         out.status.code().expect("exit code")
     }
+
+    /// Whether every partition of `target` starts aligned: what a move can
+    /// fix (a layer inside, such as a FAT's data region, moves with it).
+    fn partitions_aligned(&self, target: &str) -> bool {
+        let out = common::blkalign()
+            .env("BLKALIGN_STATE_DIR", self.0.path())
+            .args(["audit", "--json", target])
+            .output()
+            .expect("run audit");
+        let doc = common::json_of(&out.stdout);
+        let parts = doc["targets"][0]["partitions"].as_array().cloned().unwrap_or_default();
+        !parts.is_empty() && parts.iter().all(|p| p["verdict"] != "misaligned")
+    }
 }
 
 fn text(out: &Output) -> String {
@@ -267,7 +280,7 @@ fn move_and_check_contents(state: &State, image: &Image) -> u64 {
     let out = state.realign(&[image.str(), "--yes"]);
     assert_eq!(code(&out), 0, "{}", text(&out));
     run("sfdisk", &["--verify", image.str()]);
-    assert_eq!(state.audit(image.str()), 0);
+    assert!(state.partitions_aligned(image.str()));
     sfdisk_part(image.str(), 1).0
 }
 
