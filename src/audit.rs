@@ -233,6 +233,9 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     judge(&mut audit, found, &geometry, target.selected_partition);
     if let Ok(file) = &file {
         walk_layers(&mut audit, file, &geometry, topology.size_bytes);
+        if target.kind == TargetKind::Disk {
+            follow_open_luks(&mut audit, root, target, &geometry);
+        }
     }
     audit.topology = Some(topology);
     audit.geometry = Some(geometry);
@@ -412,20 +415,7 @@ fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, sele
 /// Find and judge what each data partition holds, and what a disk without
 /// a table holds from byte 0.
 fn walk_layers(audit: &mut DiskAudit, file: &File, geometry: &Geometry, size_bytes: u64) {
-    let judged = |at: u64, len: u64| -> Vec<LayerAudit> {
-        stack::walk(file, at, len)
-            .into_iter()
-            .map(|layer| {
-                let verdict = stack::judge(
-                    &layer,
-                    geometry.physical,
-                    geometry.alignment_offset,
-                    geometry.optimal_io,
-                );
-                LayerAudit { layer, verdict }
-            })
-            .collect()
-    };
+    let judged = |at: u64, len: u64| judge_layers(stack::walk(file, at, len), geometry);
     let ss = geometry.logical;
     for p in &mut audit.partitions {
         let part = &p.partition;
@@ -439,6 +429,39 @@ fn walk_layers(audit: &mut DiskAudit, file: &File, geometry: &Geometry, size_byt
     }
     if audit.table == TableState::None {
         audit.layers = judged(0, size_bytes);
+    }
+}
+
+fn judge_layers(layers: Vec<Layer>, geometry: &Geometry) -> Vec<LayerAudit> {
+    let judge = |layer: Layer| {
+        let (physical, offset) = (geometry.physical, geometry.alignment_offset);
+        let verdict = stack::judge(&layer, physical, offset, geometry.optimal_io);
+        LayerAudit { layer, verdict }
+    };
+    layers.into_iter().map(judge).collect()
+}
+
+/// On a live system, what an opened LUKS partition holds is read through
+/// its dm-crypt device (sysfs `holders/`), whose byte 0 sits at the
+/// payload offset on the disk: the header walk stops at the ciphertext.
+fn follow_open_luks(audit: &mut DiskAudit, root: &SysRoot, target: &Target, geometry: &Geometry) {
+    let Some(name) = &target.name else { return };
+    for p in &mut audit.partitions {
+        let Some(luks) = p.layers.last().filter(|l| l.layer.kind == stack::Kind::Luks) else {
+            continue;
+        };
+        let (base, depth) = (luks.layer.absolute_offset_bytes, luks.layer.depth + 1);
+        let Some((node, size)) = device::crypt_holder(root, name, p.partition.number) else {
+            continue;
+        };
+        let Ok(inner) = File::open(&node) else { continue };
+        let mut found = stack::walk(&inner, 0, size);
+        for layer in &mut found {
+            layer.depth = layer.depth.saturating_add(depth);
+            layer.absolute_offset_bytes = layer.absolute_offset_bytes.saturating_add(base);
+            layer.note.get_or_insert_with(|| format!("read through {}", node.display()));
+        }
+        p.layers.extend(judge_layers(found, geometry));
     }
 }
 

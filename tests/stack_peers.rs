@@ -815,7 +815,9 @@ fn findings_at_aligned_offsets() {
     run("mkfs.xfs", &["-q", "-f", "-s", "size=512", img.str()]);
     let xfs = &layers(&img.path, 0, 320 * MIB)[0];
     let on_4k = judge(xfs, 4096, 0, None);
-    assert!(on_4k.aligned_physical && on_4k.finding.as_deref().unwrap().contains("512-byte sectors"));
+    assert!(
+        on_4k.aligned_physical && on_4k.finding.as_deref().unwrap().contains("512-byte sectors")
+    );
     assert_eq!(on_4k.verdict, Class::Suboptimal);
     assert_eq!(judge(xfs, 512, 0, None).verdict, Class::Aligned, "a genuine 512-byte drive");
 
@@ -958,4 +960,65 @@ fn a_whole_disk_file_system_is_judged_as_the_targets_layer() {
     // 1 KiB blocks on a 4 KiB sector: suboptimal, not misaligned.
     assert_eq!(layer["verdict"], "suboptimal", "{target}");
     assert_eq!(code, 0, "{target}");
+}
+
+/// On a live system an opened LUKS partition's contents are read through
+/// its dm-crypt device, found in the partition's sysfs `holders/`: a sysfs
+/// fixture whose dm-0 (uuid CRYPT-LUKS2-…) is a file holding an ext4. The
+/// ext4's data sits at the partition start plus the payload offset that
+/// `cryptsetup luksDump` reports.
+#[test]
+fn an_opened_luks_partition_is_followed_through_its_dm_crypt_holder() {
+    if !needs(false, &["cryptsetup", "sfdisk", "mkfs.ext4"]) {
+        return;
+    }
+    let root = tempfile::tempdir().expect("tempdir");
+    let (sys, dev) = (root.path().join("sys/block"), root.path().join("dev"));
+    let put = |path: &str, value: &str| {
+        let path = sys.join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, format!("{value}\n")).expect("write");
+    };
+    std::fs::create_dir_all(&dev).expect("dev");
+    let disk = dev.join("sdz");
+    File::create(&disk).and_then(|f| f.set_len(64 * MIB)).expect("disk");
+    let disk_str = disk.to_str().expect("utf-8");
+    run_stdin("sfdisk", &["-q", disk_str], Some("label: dos\nstart=2048, size=16384\n"));
+    let header = tempfile::NamedTempFile::new().expect("header");
+    File::options().write(true).open(header.path()).and_then(|f| f.set_len(8 * MIB)).expect("len");
+    let header_path = header.path().to_str().expect("utf-8");
+    luks_format(header_path, &["--type", "luks2", "--offset", "4096"]);
+    let dump = out("cryptsetup", &["luksDump", header_path]);
+    let payload = number(&dump, "offset");
+    embed(header.path(), &disk, 2048 * 512);
+    let opened = dev.join("dm-0");
+    File::create(&opened).and_then(|f| f.set_len(8 * MIB - payload)).expect("dm-0");
+    run("mkfs.ext4", &["-q", "-F", "-b", "4096", opened.to_str().expect("utf-8")]);
+    for (path, value) in [
+        ("sdz/dev", "8:240"),
+        ("sdz/size", "131072"),
+        ("sdz/queue/logical_block_size", "512"),
+        ("sdz/queue/physical_block_size", "4096"),
+        ("sdz/sdz1/partition", "1"),
+        ("sdz/sdz1/start", "2048"),
+        ("sdz/sdz1/size", "16384"),
+        ("sdz/sdz1/dev", "8:241"),
+        ("dm-0/dm/uuid", "CRYPT-LUKS2-0123-sdz1"),
+        ("dm-0/size", &((8 * MIB - payload) / 512).to_string()),
+    ] {
+        put(path, value);
+    }
+    std::fs::create_dir_all(sys.join("sdz/sdz1/holders/dm-0")).expect("holder");
+    let output = common::blkalign()
+        .env("BLKALIGN_SYSFS_ROOT", root.path().join("sys"))
+        .args(["audit", "--json", disk_str])
+        .output()
+        .expect("audit");
+    let doc = common::json_of(&output.stdout);
+    let found = doc["targets"][0]["partitions"][0]["layers"].clone();
+    assert_eq!(found[0]["kind"], "luks", "{doc}");
+    assert_eq!(found[1]["name"], "ext4", "{doc}");
+    assert_eq!(found[1]["depth"], 1);
+    assert_eq!(found[1]["absolute_offset_bytes"], 2048 * 512 + payload, "{doc}");
+    assert_eq!(found[1]["verdict"], "aligned");
 }

@@ -112,7 +112,7 @@ mod target;
 mod topology;
 
 pub use error::DeviceError;
-pub use sysfs::{kernel_partitions, KernelPartition, SysRoot};
+pub use sysfs::{crypt_holder, kernel_partitions, KernelPartition, SysRoot};
 pub use target::{check_kind, list_disks, open, open_checked, open_path, resolve};
 pub use topology::{topology, validate_overrides};
 

@@ -46,6 +46,24 @@ pub fn kernel_partitions(root: &SysRoot, name: &str) -> Vec<KernelPartition> {
     parts
 }
 
+/// The opened dm-crypt device over partition `number` of disk `name`, from
+/// the partition's sysfs `holders/` (a dm device whose uuid starts with
+/// "CRYPT-"): its node and size in bytes. What it holds can only be read
+/// through it.
+pub fn crypt_holder(root: &SysRoot, name: &str, number: u32) -> Option<(PathBuf, u64)> {
+    let part = partition_dirs(&root.block(name))
+        .into_iter()
+        .find(|dir| partition_number(dir) == Some(number))?;
+    let holders = fs::read_dir(part.join("holders")).ok()?;
+    holders.flatten().find_map(|h| {
+        let holder = h.file_name().into_string().ok()?;
+        let dir = root.block(&holder);
+        read_text(&dir.join("dm/uuid")).filter(|uuid| uuid.starts_with("CRYPT-"))?;
+        let size = read_number(&dir.join("size"))?.checked_mul(512)?;
+        Some((root.dev.join(&holder), size))
+    })
+}
+
 /// The partition directories inside a disk's sysfs directory.
 pub(crate) fn partition_dirs(disk: &Path) -> Vec<PathBuf> {
     let entries = fs::read_dir(disk).into_iter().flatten().flatten();
