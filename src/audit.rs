@@ -5,7 +5,7 @@ use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKin
 use crate::probe;
 use crate::realign;
 use crate::stack::{self, Contents, Layer, LayerVerdict};
-use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem, Severity};
+use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem, ReadAt, Severity};
 use serde::Serialize;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -415,7 +415,7 @@ fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, sele
 /// Find and judge what each data partition holds, and what a disk without
 /// a table holds from byte 0.
 fn walk_layers(audit: &mut DiskAudit, file: &File, geometry: &Geometry, size_bytes: u64) {
-    let judged = |at: u64, len: u64| judge_layers(stack::walk(file, at, len), geometry);
+    let judged = |at: u64, len: u64| layers_at(file, at, len, geometry);
     let ss = geometry.logical;
     for p in &mut audit.partitions {
         let part = &p.partition;
@@ -430,6 +430,12 @@ fn walk_layers(audit: &mut DiskAudit, file: &File, geometry: &Geometry, size_byt
     if audit.table == TableState::None {
         audit.layers = judged(0, size_bytes);
     }
+}
+
+/// The layers in the `len` bytes at byte `at` of `dev`, each judged where
+/// its data starts.
+pub fn layers_at(dev: &dyn ReadAt, at: u64, len: u64, geometry: &Geometry) -> Vec<LayerAudit> {
+    judge_layers(stack::walk(dev, at, len), geometry)
 }
 
 fn judge_layers(layers: Vec<Layer>, geometry: &Geometry) -> Vec<LayerAudit> {
@@ -450,7 +456,7 @@ fn follow_open_luks(audit: &mut DiskAudit, root: &SysRoot, target: &Target, geom
         let Some(luks) = p.layers.last().filter(|l| l.layer.kind == stack::Kind::Luks) else {
             continue;
         };
-        let (base, depth) = (luks.layer.absolute_offset_bytes, luks.layer.depth + 1);
+        let (base, depth) = (luks.layer.absolute_offset_bytes, luks.layer.depth.saturating_add(1));
         let Some((node, size)) = device::crypt_holder(root, name, p.partition.number) else {
             continue;
         };

@@ -400,9 +400,7 @@ fn an_image_whose_reads_fail_is_an_error_not_a_512_byte_plan() {
     run("mkfs.ext4", &["-q", "-F", "-O", "^has_journal", backing.str()]);
     let lo = Loop::attach(&backing.path, 512);
     let mnt = tempfile::tempdir().expect("mount point");
-    let mounted = || {
-        Mount::at(lo.str(), mnt.path(), &[])
-    };
+    let mounted = || Mount::at(lo.str(), mnt.path(), &[]);
     let image = mnt.path().join("disk.img");
     {
         let _m = mounted();

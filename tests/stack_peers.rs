@@ -568,8 +568,9 @@ fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
     buf[at..at + bytes.len()].copy_from_slice(bytes);
 }
 
+/// `mdadm --examine`, when mdadm is here (it is required under strict).
 fn examine(path: &str) -> Option<String> {
-    common::which("mdadm").map(|_| out("mdadm", &["--examine", path]))
+    needs(false, &["mdadm"]).then(|| out("mdadm", &["--examine", path]))
 }
 
 /// Each superblock place and level, cross-checked with `mdadm --examine`
@@ -786,7 +787,7 @@ fn zfs_ashift_from_the_vdev_label() {
     for ashift in [9, 12] {
         let img = Image::new(80 * MIB);
         std::fs::write(&img.path, zfs_image(80 * MIB as usize, ashift)).expect("write");
-        if common::which("blkid").is_some() {
+        if needs(false, &["blkid"]) {
             let blkid = out("blkid", &["-p", "-o", "value", "-s", "TYPE", img.str()]);
             assert_eq!(blkid.trim(), "zfs_member");
         }

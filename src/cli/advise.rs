@@ -123,13 +123,9 @@ fn layer_advice(
     let (Some(at), Some(len)) = (p.start.checked_mul(logical), p.size.checked_mul(logical)) else {
         return Vec::new();
     };
-    blkalign::stack::walk(file, at, len)
+    blkalign::audit::layers_at(file, at, len, geometry)
         .iter()
-        .filter_map(|layer| {
-            let (physical, offset) = (geometry.physical, geometry.alignment_offset);
-            let verdict = blkalign::stack::judge(layer, physical, offset, geometry.optimal_io);
-            advise::for_layer(node, io, layer, &verdict)
-        })
+        .filter_map(|l| advise::for_layer(node, io, &l.layer, &l.verdict))
         .collect()
 }
 

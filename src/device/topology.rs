@@ -1,10 +1,10 @@
 //! Building a Topology from sysfs, ioctls, quirks, images and overrides,
 //! keeping for every value the source that vouched for it.
 
-use crate::table::SectorGuess;
 use super::quirks::quirk_for;
 use super::sysfs::{read_text, read_u64, SysRoot};
 use super::{ioctl, DeviceError, Overrides, Source, Sourced, Target, TargetKind, Topology};
+use crate::table::SectorGuess;
 use std::fs::File;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -237,7 +237,8 @@ fn image_topology(target: &Target, file: Option<&File>) -> Result<Topology, Devi
     let guess = file.map(|f| crate::table::detect_sector_size(f, meta.len()));
     let logical = match guess.unwrap_or(SectorGuess::Unknown) {
         SectorGuess::Known(size, why) => {
-            notes.extend(why.map(|why| format!("logical sector size {size} from the table: {why}")));
+            notes
+                .extend(why.map(|why| format!("logical sector size {size} from the table: {why}")));
             Sourced::new(size, Source::Table)
         }
         SectorGuess::Unsure(why) => {

@@ -3,8 +3,9 @@
 //! (ext4 stride, XFS sector size and stripe unit, ZFS ashift).
 
 use super::layers::{Details, Found, Layer};
-use super::signature::{be_u16, be_u32, fat_bpb, swap_page, Contents, Kind, Region};
+use super::signature::{fat_bpb, swap_page, Contents, Kind, Region};
 use super::zfs;
+use crate::table::{be_u16, be_u32};
 use crate::table::{le_u16, le_u32};
 
 /// The layer for `contents`, which holds no further layers.

@@ -3,7 +3,8 @@
 //! bytes (where the next layer's header is) lie on this member.
 
 use super::layers::{Details, Found, Layer};
-use super::signature::{be_u32, md_superblock, Contents, Region, MD_MAGIC};
+use super::signature::{md_superblock, Contents, Region, MD_MAGIC};
+use crate::table::be_u32;
 use crate::table::{le_u16, le_u32, le_u64};
 
 const LINEAR: i32 = -1;

@@ -1,7 +1,7 @@
 //! Recognising what a partition holds from its own headers, at the places
 //! libblkid looks, so that our names agree with `blkid -p`.
 
-use crate::table::{le_u16, le_u32, le_u64, ReadAt};
+use crate::table::{be_u16, be_u32, be_u64, le_u16, le_u32, le_u64, ReadAt};
 use serde::Serialize;
 use std::io;
 
@@ -100,18 +100,6 @@ impl Region<'_> {
         self.dev.read_exact_at(&mut buf, self.offset.checked_add(at)?).ok()?;
         Some(buf)
     }
-}
-
-pub(crate) fn be_u16(buf: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(buf.get(at..at.checked_add(2)?)?.try_into().ok()?))
-}
-
-pub(crate) fn be_u32(buf: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(buf.get(at..at.checked_add(4)?)?.try_into().ok()?))
-}
-
-pub(crate) fn be_u64(buf: &[u8], at: usize) -> Option<u64> {
-    Some(u64::from_be_bytes(buf.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
 pub(crate) fn has(buf: &[u8], at: usize, magic: &[u8]) -> bool {

@@ -2,7 +2,8 @@
 //! leading 256 KiB labels, walked just far enough to find the pool name
 //! and the top-level vdev's `ashift`.
 
-use super::signature::{be_u32, be_u64, Region};
+use super::signature::Region;
+use crate::table::{be_u32, be_u64};
 
 const LABEL_BYTES: u64 = 256 << 10;
 const NVLIST_AT: u64 = 16 << 10;

@@ -2,7 +2,8 @@
 //! the driver descriptor in sector 0 gives the map's block size, the map's
 //! entries fill blocks 1 to N, and Linux numbers them in that order.
 
-use super::foreign::{be_u16, be_u32, in_logical_sectors, libblkid_differs, read_bytes};
+use super::foreign::{in_logical_sectors, libblkid_differs, read_bytes};
+use super::{be_u16, be_u32};
 use super::{Label, Layout, PartKind, Partition, Problem, ReadAt, TableError};
 
 const DRIVER_MAGIC: u16 = 0x4552; // "ER"
@@ -16,11 +17,7 @@ pub const NO_DATA: [&str; 3] = ["Apple_partition_map", "Apple_Free", "Apple_Void
 
 /// Fill `layout` when the disk holds an Apple partition map; false when
 /// it does not. A map Linux ignores is reported with no partitions.
-pub(crate) fn read_into(
-    dev: &dyn ReadAt,
-    _sectors: u64,
-    layout: &mut Layout,
-) -> Result<bool, TableError> {
+pub(crate) fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
     let Some(descriptor) = read_bytes(dev, 0, 512)? else { return Ok(false) };
     if be_u16(&descriptor, 0) != Some(DRIVER_MAGIC) {
         return Ok(false);

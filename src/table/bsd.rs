@@ -3,7 +3,8 @@
 //! reads), and nested in MBR slices of type 0xA5, 0xA6 or 0xA9 (read as
 //! Linux's msdos.c parse_bsd reads them). Positions count 512-byte units.
 
-use super::foreign::{be_u16, in_logical_sectors, libblkid_differs, read_bytes};
+use super::be_u16;
+use super::foreign::{in_logical_sectors, libblkid_differs, read_bytes};
 use super::{
     le_u16, le_u32, types, Label, Layout, PartKind, Partition, Problem, ReadAt, TableError,
 };
@@ -84,11 +85,7 @@ fn check_sum(label: &[u8], layout: &mut Layout) {
 /// Fill `layout` from a BSD label on the whole disk; false when there is
 /// none. A Sun label in sector 0 wins over one in sector 1, as it does for
 /// the kernel and libblkid.
-pub(crate) fn read_into(
-    dev: &dyn ReadAt,
-    _sectors: u64,
-    layout: &mut Layout,
-) -> Result<bool, TableError> {
+pub(crate) fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
     let Some(sector0) = read_bytes(dev, 0, 512)? else { return Ok(false) };
     let alpha = sector0.get(ALPHA_AT..).unwrap_or_default();
     if le_u32(alpha, 0) == Some(MAGIC) {

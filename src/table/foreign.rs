@@ -1,21 +1,12 @@
 //! Partition schemes blkalign names but does not audit, and what the
-//! readers of the other schemes (BSD, Sun, SGI, Apple) share: big-endian
-//! fields, reads that may find the device too short, and positions counted
-//! in 512-byte units.
+//! readers of the other schemes (BSD, Sun, SGI, Apple) share: reads that
+//! may find the device too short, and positions counted in 512-byte units.
 
 use super::{
-    apm, bsd, le_u16, le_u32, mbr, sgi, sun, types, Layout, PartKind, Partition, Problem, ReadAt,
+    apm, be_u32, bsd, le_u16, le_u32, mbr, sgi, sun, types, Layout, PartKind, Partition, Problem,
+    ReadAt,
 };
 use std::io;
-
-/// Big-endian fields at fixed offsets; None when `buf` is too short.
-pub(crate) fn be_u16(buf: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_be_bytes(buf.get(at..at.checked_add(2)?)?.try_into().ok()?))
-}
-
-pub(crate) fn be_u32(buf: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(buf.get(at..at.checked_add(4)?)?.try_into().ok()?))
-}
 
 /// `len` bytes from byte `offset`, or None when the device ends first.
 pub(crate) fn read_bytes(dev: &dyn ReadAt, offset: u64, len: usize) -> io::Result<Option<Vec<u8>>> {
@@ -239,7 +230,7 @@ fn sysv68(_dev: &dyn ReadAt, sector0: &[u8], _size_bytes: u64) -> Option<&'stati
 pub(crate) mod test_support {
     use crate::table::{read, Label, Layout, ReadAt, TableError};
 
-    type ReadInto = fn(&dyn ReadAt, u64, &mut Layout) -> Result<bool, TableError>;
+    type ReadInto = fn(&dyn ReadAt, &mut Layout) -> Result<bool, TableError>;
     /// Recomputes a label's checksum after it was changed.
     pub type Seal<'a> = &'a dyn Fn(&mut [u8]);
 
@@ -247,7 +238,7 @@ pub(crate) mod test_support {
     /// tables get; panics unless it finds `label`.
     pub fn read_alone(read_into: ReadInto, img: &[u8], ss: u64, label: Label) -> Layout {
         let mut layout = Layout::blank(ss);
-        assert!(read_into(&img.to_vec(), img.len() as u64 / ss, &mut layout).unwrap());
+        assert!(read_into(&img.to_vec(), &mut layout).unwrap());
         assert_eq!(layout.label, label);
         layout
     }

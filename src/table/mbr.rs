@@ -6,7 +6,6 @@ use super::{
 };
 use crate::stack::{self as signature, Contents, Kind};
 use std::collections::HashSet;
-use std::io;
 
 /// Bytes 510-511 of an MBR or EBR.
 pub const SIGNATURE: u16 = 0xAA55;
@@ -129,8 +128,8 @@ impl Mbr {
 }
 
 /// Read `mbr` as the kernel and libblkid do, into `layout`; false when
-/// sector 0 is a file system's boot sector rather than a table (then
-/// nothing is filled). A hybrid ISO's GPT is noted as intentional, any
+/// sector 0 is a file system's boot sector rather than a table (then only
+/// `layout.contents` and the kernel's view of it are filled). A hybrid ISO's GPT is noted as intentional, any
 /// other GPT behind a MBR without a 0xEE entry as stale.
 pub(crate) fn read_with_checks(
     dev: &dyn ReadAt,
@@ -153,7 +152,7 @@ pub(crate) fn read_with_checks(
         return Ok(false);
     }
     if mbr.in_use() && sectors > 2 && gpt::primary_valid(dev, layout.sector_size, sectors) {
-        layout.problems.push(behind_mbr(dev, size_bytes)?);
+        layout.problems.push(behind_mbr(dev, size_bytes));
     }
     read_into(dev, mbr, sectors, layout);
     Ok(true)
@@ -189,9 +188,8 @@ fn kernel_reads_boot_code(fs: &Contents, kernel: &Layout) -> Problem {
 }
 
 /// What a valid GPT behind an MBR with partitions but no 0xEE entry is.
-fn behind_mbr(dev: &dyn ReadAt, size_bytes: u64) -> io::Result<Problem> {
-    let iso = signature::identify(dev, 0, size_bytes)?.is_some_and(|c| c.kind == Kind::Iso9660);
-    Ok(if iso {
+fn behind_mbr(dev: &dyn ReadAt, size_bytes: u64) -> Problem {
+    if super::holds_iso(dev, size_bytes) {
         Problem::new(
             "hybrid_iso",
             "a hybrid ISO image (xorriso/isohybrid): Linux and BIOS read its MBR, EFI firmware \
@@ -203,7 +201,7 @@ fn behind_mbr(dev: &dyn ReadAt, size_bytes: u64) -> io::Result<Problem> {
             "a valid GPT at LBA 1 sits behind an MBR without a protective entry: \
              the MBR is in use and the GPT is a leftover (wipe it)",
         )
-    })
+    }
 }
 
 /// Fill `layout` from an MBR and the EBR chains of its extended

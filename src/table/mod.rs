@@ -306,34 +306,27 @@ pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layou
     } else if let Some(scheme) = foreign::before_mbr(dev, sector_size) {
         layout.label = Label::Unsupported;
         layout.scheme = Some(scheme);
-    } else if !sgi::read_into(dev, sectors, &mut layout)? {
+    } else if !sgi::read_into(dev, &mut layout)? {
         let is_mbr = match mbr.as_ref().filter(|m| m.boot_indicators_valid()) {
             Some(mbr) => mbr::read_with_checks(dev, mbr, sectors, size_bytes, &mut layout)?,
             None => false,
         };
-        if !is_mbr {
-            read_other(dev, sectors, size_bytes, &mut layout)?;
+        // A file system's boot sector, already named, is not another scheme.
+        if !is_mbr && layout.contents.is_none() {
+            read_other(dev, size_bytes, &mut layout)?;
         }
     }
     layout.partitions.sort_by_key(|p| p.number);
     check_bounds(&mut layout, sectors);
-    check_overlaps(&mut layout);
-    if layout.problems.iter().any(|p| p.code == "overlap") && holds_iso(dev, size_bytes) {
-        forgive_iso_nesting(&mut layout);
-    }
+    check_overlaps(&mut layout, || holds_iso(dev, size_bytes));
     Ok(layout)
 }
 
 /// A disk with neither GPT nor MBR: another scheme, or contents at byte 0.
-fn read_other(
-    dev: &dyn ReadAt,
-    sectors: u64,
-    size_bytes: u64,
-    layout: &mut Layout,
-) -> Result<(), TableError> {
+fn read_other(dev: &dyn ReadAt, size_bytes: u64, layout: &mut Layout) -> Result<(), TableError> {
     let readers = [bsd::read_into, sun::read_into, apm::read_into];
     for read in readers {
-        if read(dev, sectors, layout)? {
+        if read(dev, layout)? {
             return Ok(());
         }
     }
@@ -360,8 +353,7 @@ fn read_prefix(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> io::Resul
 /// header sits at byte 512 or byte 4096 (512 wins if both). An MBR says
 /// nothing of its sector size, but an image from a 4Kn disk read as 512-byte
 /// sectors puts partitions and EBRs past its end: when only the 4096-byte
-/// reading fits, it is the one. None when nothing tells. The text says
-/// why, where the reader would want to know.
+/// reading fits, or only it holds recognisable contents, it is the one.
 pub fn detect_sector_size(dev: &dyn ReadAt, size_bytes: u64) -> SectorGuess {
     let gpt = [512, 4096].into_iter().find(|&offset| {
         let mut sig = [0u8; 8];
@@ -458,6 +450,19 @@ pub(crate) fn le_u64(buf: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_le_bytes(buf.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
+/// Big-endian fields (Sun, SGI, Apple, BSD on big-endian hosts, LUKS, ZFS).
+pub(crate) fn be_u16(buf: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_be_bytes(buf.get(at..at.checked_add(2)?)?.try_into().ok()?))
+}
+
+pub(crate) fn be_u32(buf: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(buf.get(at..at.checked_add(4)?)?.try_into().ok()?))
+}
+
+pub(crate) fn be_u64(buf: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_be_bytes(buf.get(at..at.checked_add(8)?)?.try_into().ok()?))
+}
+
 /// One past the last sector of `p`, or None if that overflows.
 fn end_of(p: &Partition) -> Option<u64> {
     p.start.checked_add(p.size)
@@ -480,8 +485,8 @@ fn check_bounds(layout: &mut Layout, sectors: u64) {
 /// Report overlapping partitions. A sweep in start order keeps this linear
 /// for GPTs with many entries; the extended container is checked apart,
 /// since it holds its logicals by design.
-fn check_overlaps(layout: &mut Layout) {
-    let mut found = Vec::new();
+fn check_overlaps(layout: &mut Layout, is_iso: impl FnOnce() -> bool) {
+    let mut pairs = Vec::new();
     let nested = layout.partitions.iter().any(|p| p.kind == PartKind::Bsd);
     // Containers hold their logicals or BSD partitions by design.
     let container = |p: &Partition| {
@@ -501,7 +506,7 @@ fn check_overlaps(layout: &mut Layout) {
         let end = end_of(p).unwrap_or(u64::MAX);
         if let Some((q, q_end)) = reach {
             if p.start < q_end {
-                found.push(overlap(q, p));
+                pairs.push((q, p));
             }
             if end <= q_end {
                 continue;
@@ -519,11 +524,39 @@ fn check_overlaps(layout: &mut Layout) {
         for b in slots.iter().skip(i + 1) {
             let has_ext = container(a) || container(b);
             if has_ext && intersects(a, b) {
-                found.push(overlap(a, b));
+                pairs.push((a, b));
             }
         }
     }
+    // xorriso puts a hybrid ISO's EFI image partition inside the one
+    // covering the ISO, on purpose: noted, not an error. Partial overlaps
+    // stay errors.
+    let iso = pairs.iter().any(|&(a, b)| inside(a, b) || inside(b, a)) && is_iso();
+    let found: Vec<Problem> = pairs
+        .into_iter()
+        .map(|(a, b)| match (iso, inside(a, b), inside(b, a)) {
+            (true, true, _) => iso_nested(b, a),
+            (true, _, true) => iso_nested(a, b),
+            _ => overlap(a, b),
+        })
+        .collect();
     layout.problems.extend(found);
+}
+
+/// `a` lies wholly inside `b`.
+fn inside(a: &Partition, b: &Partition) -> bool {
+    a.start >= b.start && end_of(a).zip(end_of(b)).is_some_and(|(ae, be)| ae <= be)
+}
+
+fn iso_nested(outer: &Partition, inner: &Partition) -> Problem {
+    Problem::new(
+        "iso_nested",
+        format!(
+            "partition {} lies inside partition {}: a hybrid ISO's boot image, a file of the \
+             ISO that firmware finds through the table (intentional)",
+            inner.number, outer.number
+        ),
+    )
 }
 
 fn intersects(a: &Partition, b: &Partition) -> bool {
@@ -533,41 +566,9 @@ fn intersects(a: &Partition, b: &Partition) -> bool {
 }
 
 /// An ISO 9660 file system from byte 0: a hybrid ISO image.
-fn holds_iso(dev: &dyn ReadAt, size_bytes: u64) -> bool {
+pub(crate) fn holds_iso(dev: &dyn ReadAt, size_bytes: u64) -> bool {
     let found = crate::stack::identify(dev, 0, size_bytes).ok().flatten();
     found.is_some_and(|c| c.kind == crate::stack::Kind::Iso9660)
-}
-
-/// xorriso lays out hybrid ISOs with the EFI image's partition inside the
-/// one covering the ISO, on purpose: a partition wholly inside another is
-/// noted, not an error. Partial overlaps stay errors.
-fn forgive_iso_nesting(layout: &mut Layout) {
-    let parts = &layout.partitions;
-    let inside = |a: &Partition, b: &Partition| {
-        a.start >= b.start && end_of(a).zip(end_of(b)).is_some_and(|(ae, be)| ae <= be)
-    };
-    let mut nested = Vec::new();
-    for (i, a) in parts.iter().enumerate() {
-        for b in parts.iter().skip(i + 1) {
-            if intersects(a, b) && (inside(a, b) || inside(b, a)) {
-                let (outer, inner) = if inside(a, b) { (b, a) } else { (a, b) };
-                nested.push((overlap(a, b).message, outer.number, inner.number));
-            }
-        }
-    }
-    for (message, outer, inner) in nested {
-        if let Some(p) =
-            layout.problems.iter_mut().find(|p| p.code == "overlap" && p.message == message)
-        {
-            *p = Problem::new(
-                "iso_nested",
-                format!(
-                    "partition {inner} lies inside partition {outer}: a hybrid ISO's boot image, \
-                     a file of the ISO that firmware finds through the table (intentional)"
-                ),
-            );
-        }
-    }
 }
 
 fn overlap(a: &Partition, b: &Partition) -> Problem {

@@ -1,7 +1,8 @@
 //! SGI disk volume headers ("dvh"), read as Linux's block/partitions/sgi.c
 //! reads them: sixteen partitions in 512-byte blocks.
 
-use super::foreign::{be_u32, in_logical_sectors, read_bytes};
+use super::be_u32;
+use super::foreign::{in_logical_sectors, read_bytes};
 use super::{Label, Layout, PartKind, Partition, Problem, ReadAt, TableError};
 
 const MAGIC: u32 = 0x0BE5_A941;
@@ -12,11 +13,7 @@ pub const VOLUME: &str = "0x06";
 /// Fill `layout` when sector 0 holds an SGI volume header; false when it
 /// does not. One whose checksum fails is reported with no partitions, as
 /// Linux and libblkid ignore it.
-pub(crate) fn read_into(
-    dev: &dyn ReadAt,
-    _sectors: u64,
-    layout: &mut Layout,
-) -> Result<bool, TableError> {
+pub(crate) fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
     let Some(label) = read_bytes(dev, 0, 512)? else { return Ok(false) };
     if be_u32(&label, 0) != Some(MAGIC) {
         return Ok(false);

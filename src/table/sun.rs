@@ -1,7 +1,8 @@
 //! Sun (SPARC) disk labels, read as Linux's block/partitions/sun.c reads
 //! them: eight partitions starting on cylinders, sizes in 512-byte units.
 
-use super::foreign::{be_u16, be_u32, in_logical_sectors, libblkid_differs, read_bytes, VTOC_SANE};
+use super::foreign::{in_logical_sectors, libblkid_differs, read_bytes, VTOC_SANE};
+use super::{be_u16, be_u32};
 use super::{Label, Layout, PartKind, Partition, Problem, ReadAt, TableError};
 
 pub(crate) const MAGIC: u16 = 0xDABE;
@@ -12,11 +13,7 @@ pub const WHOLE_DISK: &str = "0x05";
 /// Fill `layout` when sector 0 holds a Sun label; false when it does not.
 /// A label whose checksum fails is reported with no partitions, as Linux
 /// and libblkid ignore it.
-pub(crate) fn read_into(
-    dev: &dyn ReadAt,
-    _sectors: u64,
-    layout: &mut Layout,
-) -> Result<bool, TableError> {
+pub(crate) fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
     let Some(label) = read_bytes(dev, 0, 512)? else { return Ok(false) };
     if be_u16(&label, 508) != Some(MAGIC) {
         return Ok(false);
