@@ -104,6 +104,23 @@ pub fn emit(text: &str) -> std::io::Result<()> {
     }
 }
 
+/// The version of every `--json` document; fields may be added, none renamed.
+pub const JSON_VERSION: u32 = 1;
+
+/// Print a `--json` document: `"version"` first, pretty-printed as every
+/// other one is, ending in a newline. `body` must serialize as an object.
+pub fn emit_json<T: serde::Serialize>(body: &T) -> anyhow::Result<()> {
+    #[derive(serde::Serialize)]
+    struct Versioned<'a, T> {
+        version: u32,
+        #[serde(flatten)]
+        body: &'a T,
+    }
+    let doc = Versioned { version: JSON_VERSION, body };
+    emit(&(serde_json::to_string_pretty(&doc)? + "\n"))?;
+    Ok(())
+}
+
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -45,6 +45,18 @@ pub fn run(program: &str, args: &[&str]) -> Output {
 
 /// Run a command with `stdin` as its input, panicking if it fails.
 pub fn run_stdin(program: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let out = run_unchecked(program, args, stdin);
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Run a command with `stdin` as its input, whatever its exit status.
+pub fn run_unchecked(program: &str, args: &[&str], stdin: Option<&str>) -> Output {
     use std::io::Write;
     let exe = which(program).unwrap_or_else(|| PathBuf::from(program));
     let mut child = Command::new(&exe)
@@ -59,14 +71,7 @@ pub fn run_stdin(program: &str, args: &[&str], stdin: Option<&str>) -> Output {
         pipe.write_all(text.as_bytes()).expect("write stdin");
     }
     drop(pipe);
-    let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{program} {args:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    child.wait_with_output().expect("wait")
 }
 
 /// A sparse image file of `size` bytes in its own temporary directory.
@@ -258,3 +263,30 @@ impl Drop for Mount {
 }
 
 pub mod emulate;
+
+/// Check `json` against `docs/schema/NAME.schema.json` with Debian's
+/// python3-jsonschema, an independent validator (draft 2020-12).
+pub fn check_schema(name: &str, json: &str) {
+    const PYTHON: &str = "/usr/bin/python3";
+    let probe = Command::new(PYTHON).args(["-c", "import jsonschema"]).output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        assert!(!strict(), "BLKALIGN_TEST_STRICT=1 and this test needs python3-jsonschema");
+        eprintln!("skipped: schema check needs python3-jsonschema");
+        return;
+    }
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/schema/{name}.schema.json"));
+    let script = "import json, sys, jsonschema\n\
+        schema = json.load(open(sys.argv[1]))\n\
+        jsonschema.Draft202012Validator.check_schema(schema)\n\
+        errors = list(jsonschema.Draft202012Validator(schema).iter_errors(json.load(sys.stdin)))\n\
+        [print('/'.join(map(str, e.absolute_path)) + ': ' + e.message) for e in errors]\n\
+        sys.exit(1 if errors else 0)\n";
+    let out = run_unchecked(PYTHON, &["-c", script, &schema.to_string_lossy()], Some(json));
+    assert!(
+        out.status.success(),
+        "output does not match {}:\n{}{}",
+        schema.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
