@@ -384,7 +384,10 @@ pub fn parse_size(text: &str) -> Result<Size, String> {
             .map_err(|_| format!("bad sector count {text:?}"));
     }
     crate::units::parse_bytes(t).map(Size::Bytes).ok_or_else(|| {
-        format!("bad size {text:?} (use bytes, KiB, MiB, GiB, TiB, sectors as 2048s, N%, or rest)")
+        format!(
+            "bad size {text:?}: {}; or sectors as 2048s, N%, or rest",
+            crate::units::SIZE_SYNTAX
+        )
     })
 }
 

@@ -1,22 +1,56 @@
-//! Sizes as people type them.
+//! Sizes as people type them, read as util-linux reads them.
 
-/// Parse "4096", "16K", "512M", "64MiB", "1GiB", "2T": suffixes are binary,
-/// and "KB" means KiB as fdisk and losetup read it. None when malformed or
-/// too large for a u64.
+/// What [`parse_bytes`] accepts, for option help and error messages.
+pub const SIZE_SYNTAX: &str =
+    "a byte count with an optional suffix: K, M, G, T, P, E or KiB, MiB, \
+     ... (powers of 1024); KB, MB, ... (powers of 1000); a fraction such as 1.5GiB is allowed";
+
+/// Parse "4096", "16K", "64MiB", "1.5G", "2TB" as util-linux's strtosize
+/// does: K and KiB are 1024, KB is 1000, a fractional part is truncated to
+/// whole bytes. None when malformed or too large for a u64.
 pub fn parse_bytes(text: &str) -> Option<u64> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (digits, unit) = t.split_at(split);
-    let n: u64 = digits.parse().ok()?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" | "kb" => 10,
-        "m" | "mib" | "mb" => 20,
-        "g" | "gib" | "gb" => 30,
-        "t" | "tib" | "tb" => 40,
+    let number_end = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let (number, suffix) = t.split_at(number_end);
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let multiplier = multiplier(suffix.trim())?;
+    let whole: u64 = whole.parse().ok()?;
+    whole.checked_mul(multiplier)?.checked_add(fraction_of(fraction, multiplier)?)
+}
+
+/// The value of a suffix: binary unless it ends in a bare "B" after the
+/// unit letter ("KB"), as util-linux has it.
+fn multiplier(suffix: &str) -> Option<u64> {
+    let lower = suffix.to_ascii_lowercase();
+    let (letter, base) = match lower.as_bytes() {
+        [] | [b'b'] => return Some(1),
+        [l] | [l, b'i', b'b'] => (*l, 1024u64),
+        [l, b'b'] => (*l, 1000u64),
         _ => return None,
     };
-    n.checked_mul(1 << shift)
+    let power = b"kmgtpe".iter().position(|&u| u == letter)?;
+    base.checked_pow(u32::try_from(power).ok()? + 1)
+}
+
+/// `0.DIGITS × multiplier`, truncated.
+fn fraction_of(digits: &str, multiplier: u64) -> Option<u64> {
+    let digits = digits.trim_end_matches('0');
+    if digits.is_empty() {
+        return Some(0);
+    }
+    // Beyond 19 digits the fraction can no longer change a u64 result.
+    let digits = &digits[..digits.len().min(19)];
+    let scale = 10u128.pow(u32::try_from(digits.len()).ok()?);
+    let value = u128::from(digits.parse::<u64>().ok()?);
+    u64::try_from(value * u128::from(multiplier) / scale).ok()
+}
+
+/// A clap value parser for byte sizes, with the accepted syntax in its error.
+pub fn size_arg(text: &str) -> Result<u64, String> {
+    parse_bytes(text).ok_or_else(|| format!("{text:?} is not a size: {SIZE_SYNTAX}"))
 }
 
 /// A sector size: a power of two from 512 to `max`.
@@ -29,15 +63,56 @@ mod tests {
     use super::parse_bytes;
 
     #[test]
-    fn sizes() {
-        assert_eq!(parse_bytes("64MiB"), Some(64 << 20));
-        assert_eq!(parse_bytes("1GiB"), Some(1 << 30));
-        assert_eq!(parse_bytes("512M"), Some(512 << 20));
-        assert_eq!(parse_bytes("4096"), Some(4096));
-        assert_eq!(parse_bytes(" 16K "), Some(16384));
-        assert_eq!(parse_bytes("2tb"), Some(2 << 40));
-        for bad in ["", "MiB", "1.5G", "12 parsecs", "99999999999T", "-1"] {
+    fn binary_and_decimal_suffixes_as_util_linux() {
+        let cases = [
+            ("4096", 4096),
+            ("4096B", 4096),
+            (" 16K ", 16 << 10),
+            ("16KiB", 16 << 10),
+            ("16KB", 16_000),
+            ("512M", 512 << 20),
+            ("64MiB", 64 << 20),
+            ("64mb", 64_000_000),
+            ("1GiB", 1 << 30),
+            ("1GB", 1_000_000_000),
+            ("2T", 2 << 40),
+            ("2tb", 2_000_000_000_000),
+            ("1P", 1 << 50),
+            ("1E", 1 << 60),
+            ("1.5GiB", 3 << 29),
+            ("1.5KB", 1500),
+            ("0.5K", 512),
+            ("1.0001K", 1024),
+            ("15EiB", 15 << 60),
+        ];
+        for (text, bytes) in cases {
+            assert_eq!(parse_bytes(text), Some(bytes), "{text}");
+        }
+    }
+
+    #[test]
+    fn malformed_or_overflowing_sizes_are_refused() {
+        for bad in [
+            "",
+            "MiB",
+            ".5K",
+            "1..5G",
+            "1.5.0G",
+            "12 parsecs",
+            "99999999999T",
+            "-1",
+            "16E",
+            "1KiBB",
+            "1Ki",
+            "1Z",
+        ] {
             assert_eq!(parse_bytes(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn long_fractions_truncate_without_overflow() {
+        assert_eq!(parse_bytes("1.99999999999999999999999999E"), Some((1 << 61) - 1));
+        assert_eq!(parse_bytes("0.000000000000000000001E"), Some(0));
     }
 }

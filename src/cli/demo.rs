@@ -20,6 +20,9 @@ const OLD_START: u64 = 63;
 const SECTOR: u64 = 512;
 
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  blkalign demo                     # in a temporary directory, removed afterwards
+  sudo blkalign demo --dir /tmp/d   # with root and nbdkit: also the emulated WD Green, timed")]
 pub struct Args {
     /// Keep the demo's files here [default: a temporary directory, removed
     /// afterwards].
@@ -27,17 +30,12 @@ pub struct Args {
     dir: Option<PathBuf>,
 
     /// Size of the disk to build.
-    #[arg(long, default_value = "128MiB", value_parser = parse_size)]
+    #[arg(long, default_value = "128MiB", value_parser = blkalign::units::size_arg)]
     size: u64,
 
     /// Skip the emulated drive even when root and nbdkit allow it.
     #[arg(long)]
     no_drive: bool,
-}
-
-fn parse_size(text: &str) -> Result<u64, String> {
-    blkalign::units::parse_bytes(text)
-        .ok_or_else(|| format!("{text:?} is not a size (e.g. 128MiB)"))
 }
 
 pub fn run(args: Args) -> anyhow::Result<u8> {

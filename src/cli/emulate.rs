@@ -9,14 +9,24 @@ use std::path::PathBuf;
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Start an emulated drive and print its device and id.
+    #[command(after_help = "Examples:
+  blkalign emulate start --preset wd-ears --size 256MiB
+  blkalign emulate start --preset 4kn --file disk.img --json
+  blkalign emulate start --physical 4096 --lowest-aligned 7 --size 1GiB")]
     Start(StartArgs),
-    /// List emulated drives.
+    /// List emulated drives (exit 1 when one is not running).
+    #[command(after_help = "Examples:
+  blkalign emulate list
+  blkalign emulate list --json | jq -r '.drives[].device'")]
     List {
-        /// Print a JSON array.
+        /// Print JSON: {"version": 1, "drives": [...]}.
         #[arg(long)]
         json: bool,
     },
     /// Flush and stop a drive (its --file keeps the data).
+    #[command(after_help = "Examples:
+  blkalign emulate stop emu4242
+  blkalign emulate stop --all")]
     Stop {
         /// The drive's id, as `start` or `list` printed it.
         #[arg(required_unless_present = "all", conflicts_with = "all")]
@@ -25,8 +35,18 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// End a drive without flushing: writes in its volatile cache are lost.
-    PowerCut { id: String },
+    /// End a drive at once, as a power cut would: its volatile cache is lost.
+    ///
+    /// Nothing is flushed: writes still in the drive's volatile cache are
+    /// lost, and what reached the platter (and its --file) stays. For
+    /// crash-safety trials such as scripts/realign-crash-trials.
+    #[command(after_help = "Examples:
+  blkalign emulate start --preset wd-ears --file disk.img --volatile-cache
+  blkalign emulate power-cut emu4242")]
+    PowerCut {
+        /// The drive's id, as `start` or `list` printed it.
+        id: String,
+    },
 }
 
 #[derive(clap::Args)]
@@ -34,8 +54,8 @@ pub struct StartArgs {
     /// wd-ears, wd-ears-jumper, 4kn or native-512 (see docs/emulate.md).
     #[arg(long, required_unless_present = "physical")]
     preset: Option<String>,
-    /// Size seen by the host: bytes, or with K/M/G/T (binary) [default: the
-    /// file's size, else 1GiB].
+    /// Size seen by the host: bytes, or K/M/G/T or KiB/MiB/GiB (powers of
+    /// 1024), KB/MB/GB (powers of 1000) [default: the file's size, else 1GiB].
     #[arg(long, value_parser = parse_size)]
     size: Option<u64>,
     /// Physical sector size in bytes [default: the preset's, else 512].
@@ -47,7 +67,7 @@ pub struct StartArgs {
     /// The lowest LBA that starts a physical sector (7 for the XP jumper).
     #[arg(long)]
     lowest_aligned: Option<u32>,
-    /// Delay of each request reaching the emulated platter.
+    /// Delay of each request reaching the emulated platter, in milliseconds.
     #[arg(long, default_value_t = emulate::DEFAULT_LATENCY_MS)]
     latency_ms: u32,
     /// Keep the drive's data in this file; it survives stop and power-cut.
@@ -89,8 +109,11 @@ fn start(args: StartArgs) -> anyhow::Result<u8> {
     let spec = spec(args)?;
     let drive = emulate::start(&spec).context("starting an emulated drive")?;
     let summary = Summary::of(&drive);
-    let text = if json { serde_json::to_string(&summary)? } else { summary.line() };
-    super::emit(&(text + "\n"))?;
+    if json {
+        super::emit_json(&summary)?;
+    } else {
+        super::emit(&(summary.line() + "\n"))?;
+    }
     Ok(EXIT_OK)
 }
 
@@ -128,12 +151,11 @@ fn spec(args: StartArgs) -> anyhow::Result<Spec> {
 fn list(json: bool) -> anyhow::Result<u8> {
     let drives = emulate::list().context("listing emulated drives")?;
     let summaries: Vec<Summary> = drives.iter().map(Summary::of).collect();
-    let text = if json {
-        serde_json::to_string_pretty(&summaries)? + "\n"
+    if json {
+        super::emit_json(&serde_json::json!({ "drives": summaries }))?;
     } else {
-        summaries.iter().map(|s| s.line() + "\n").collect()
-    };
-    super::emit(&text)?;
+        super::emit(&summaries.iter().map(|s| s.line() + "\n").collect::<String>())?;
+    }
     let broken = summaries.iter().any(|s| !s.running);
     Ok(if broken { EXIT_PROBLEM } else { EXIT_OK })
 }

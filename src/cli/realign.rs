@@ -22,6 +22,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  blkalign realign /dev/sdb                 # the plan: what moves where, how long
+  blkalign realign /dev/sdb --yes           # move every misaligned partition
+  blkalign realign disk.img 2 --to 2048 --yes
+  blkalign realign --status /var/lib/blkalign/journals/sdb-p2.journal
+
+A killed or power-cut move resumes when the same command is run again.")]
 pub struct Args {
     /// The whole disk (/dev/sda) or disk-image file holding the partitions.
     #[arg(required_unless_present = "status")]
@@ -517,7 +524,7 @@ impl Disk {
             verified: true,
         };
         if json {
-            super::emit(&(serde_json::to_string_pretty(&done)? + "\n"))?;
+            super::emit_json(&done)?;
         } else {
             super::emit(&format!(
                 "{}: moved partition {} from LBA {} to {} ({} in {seconds:.1} s), verified, table written\n",
@@ -667,7 +674,7 @@ struct Done<'a> {
 
 fn print_plan(out: &PlanOutput, json: bool) -> anyhow::Result<()> {
     if json {
-        return Ok(super::emit(&(serde_json::to_string_pretty(out)? + "\n"))?);
+        return super::emit_json(out);
     }
     let mut text = String::new();
     for m in &out.moves {
@@ -755,7 +762,7 @@ fn print_status(j: &Journal, json: bool) -> anyhow::Result<()> {
         finished: j.state.phase == Phase::Done,
     };
     if json {
-        return Ok(super::emit(&(serde_json::to_string_pretty(&s)? + "\n"))?);
+        return super::emit_json(&s);
     }
     let stage = match j.state.phase {
         Phase::Copying => format!("copying: {} of {} chunks moved", s.chunks_done, s.chunks),

@@ -14,6 +14,13 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  blkalign restore ./blkalign-backup-sdb-1763800000.bin          # what would be put back
+  blkalign restore ./blkalign-backup-sdb-1763800000.bin --yes
+  blkalign restore ./blkalign-backup-sdb-1763800000.bin /dev/sdc --yes   # the disk was renamed
+
+The disk's size, sector size, serial and WWN must match the backup's, and
+the sectors must still hold what `partition` wrote.")]
 pub struct Args {
     /// The backup file `partition` saved (its .json sidecar sits beside it).
     backup: PathBuf,
