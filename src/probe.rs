@@ -17,7 +17,9 @@
 //! and stops once two rounds in a row agree. Writes are non-destructive:
 //! each writes back the bytes read there before the round.
 
-use crate::bench::{self, io::execute, rng::Rng, stats, Engine, KernelView, Mode, Request};
+use crate::bench::{
+    self, io::execute, rng::Rng, stats, Engine, KernelView, Mode, Phase, Progress, Request,
+};
 use serde::Serialize;
 use std::fs::File;
 use std::ops::Range;
@@ -85,6 +87,17 @@ pub struct ProbeResult {
 /// device that is mounted, held or claimed, and an image attached to a
 /// loop device.
 pub fn probe(dev: &File, opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
+    probe_with(dev, opts, &Progress::new(0, Phase::Locate))
+}
+
+/// [`probe`], counting writes in `progress`: its total is the writes
+/// expected, assuming every stage still to come is needed and each settles
+/// in one round past the minimum.
+pub fn probe_with(
+    dev: &File,
+    opts: &ProbeOptions,
+    progress: &Progress,
+) -> Result<ProbeResult, ProbeError> {
     let begin = Instant::now();
     let link = PathBuf::from(format!("/proc/self/fd/{}", dev.as_raw_fd()));
     let path = std::fs::read_link(&link).unwrap_or(link);
@@ -105,7 +118,7 @@ pub fn probe(dev: &File, opts: &ProbeOptions) -> Result<ProbeResult, ProbeError>
         )));
     }
     let seed = opts.seed.map_or_else(Rng::from_clock, Rng::new);
-    let mut meter = Meter { file: &file, rng: seed, slots, writes: 0 };
+    let mut meter = Meter { file: &file, rng: seed, slots, writes: 0, progress, ahead: 0 };
     let found = infer(&mut meter, info.logical)?;
     Ok(conclude(found, info.logical, info.kernel, begin, meter.writes))
 }
@@ -192,6 +205,11 @@ fn locate(meter: &mut Meter, logical: u64) -> Result<Located, ProbeError> {
     let mut window = (2 * logical).max(4096);
     loop {
         let cells = offsets(logical, window).map(|o| (LARGEST, o)).collect::<Vec<_>>();
+        // Were this window to find nothing, every larger one would follow.
+        let larger = std::iter::successors(Some(window * 2), |w| Some(w * 2))
+            .take_while(|&w| w <= LARGEST)
+            .map(|w| w / logical);
+        meter.plan(Phase::Locate, larger.sum());
         let out = meter.classify(&cells)?;
         // Fast offsets recur every P >= 2 sectors, so they are at most half:
         // a larger "fast" cluster means a few slow outliers, not a penalty.
@@ -219,6 +237,8 @@ fn knee(meter: &mut Meter, logical: u64, at: u64) -> Result<Option<(u64, f64)>, 
         .take_while(|&s| s <= LARGEST)
         .collect();
     let cells: Vec<(u64, u64)> = sizes.iter().map(|&s| (s, at)).collect();
+    // The sweep after it, at the most common physical sector.
+    meter.plan(Phase::Knee, (4096 / logical).max(1));
     let out = meter.classify(&cells)?;
     let Some(mask) = out.fast else {
         return Ok(None);
@@ -237,6 +257,7 @@ fn sweep(
     located: u64,
 ) -> Result<(u64, f64), ProbeError> {
     let cells: Vec<(u64, u64)> = offsets(logical, physical).map(|o| (physical, o)).collect();
+    meter.plan(Phase::Sweep, 0);
     let out = meter.classify(&cells)?;
     let fast: Vec<u64> = match &out.fast {
         Some(mask) => cells.iter().zip(mask).filter(|(_, &f)| f).map(|(c, _)| c.1).collect(),
@@ -263,15 +284,39 @@ struct Meter<'a> {
     /// Positions are one of these plus an offset below GRID.
     slots: Vec<u64>,
     writes: u64,
+    progress: &'a Progress,
+    /// Cells of the stages expected after the current one.
+    ahead: u64,
+}
+
+/// Rounds a stage is expected to take: one past the minimum, or past the
+/// rounds it has already had.
+fn expected_rounds(done: usize) -> u64 {
+    (MIN_ROUNDS.max(done) + 1).min(MAX_ROUNDS) as u64
 }
 
 impl Meter<'_> {
+    /// A stage begins, with `ahead` cells expected after it.
+    fn plan(&mut self, phase: Phase, ahead: u64) {
+        self.progress.set_phase(phase);
+        self.ahead = ahead;
+    }
+
+    /// Writes expected in all, `cells` being measured with `rounds` done.
+    fn expect(&self, cells: usize, rounds: usize) {
+        let stage = (cells as u64).saturating_mul(expected_rounds(rounds));
+        let later = self.ahead.saturating_mul(expected_rounds(0));
+        let done_before = self.writes.saturating_sub((cells as u64).saturating_mul(rounds as u64));
+        self.progress.set_total(done_before.saturating_add(stage).saturating_add(later));
+    }
+
     /// Measures (size, offset) cells in rounds until two consecutive
     /// splits agree (at least MIN_ROUNDS, at most MAX_ROUNDS).
     fn classify(&mut self, cells: &[(u64, u64)]) -> Result<Outcome, ProbeError> {
         let mut samples = vec![Vec::new(); cells.len()];
         let mut previous = None;
         for round in 1..=MAX_ROUNDS {
+            self.expect(cells.len(), round - 1);
             self.round(cells, &mut samples)?;
             if round < MIN_ROUNDS {
                 continue;
@@ -299,7 +344,10 @@ impl Meter<'_> {
             })
             .collect();
         self.rng.shuffle(&mut requests);
-        let executed = execute(self.file, &requests, Mode::Write, Engine::Psync, &mut || {})?;
+        let progress = self.progress;
+        let executed = execute(self.file, &requests, Mode::Write, Engine::Psync, &mut || {
+            progress.finish_one()
+        })?;
         for (req, lat) in requests.iter().zip(executed.latencies) {
             samples[req.cell].push(lat.as_secs_f64() * 1e6);
         }

@@ -180,7 +180,7 @@ fn oversized_workloads_are_refused() {
     }
     let out = common::blkalign().args(["bench", image.str(), "--size", "4 parsecs"]).output();
     let stderr = String::from_utf8_lossy(&out.expect("run blkalign").stderr).into_owned();
-    assert!(stderr.contains("not a byte count"), "{stderr}");
+    assert!(stderr.contains("not a size"), "{stderr}");
 }
 
 #[test]

@@ -303,7 +303,7 @@ fn advise_offers_mkfs_only_for_empty_partitions() {
     let out = blkalign().args(["advise", image.str(), "--json"]).output().expect("advise");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let doc = json_of(&out.stdout);
-    let parts = doc.as_array().expect("partitions");
+    let parts = doc["partitions"].as_array().expect("partitions");
     let commands = |n: usize| -> Vec<(String, bool)> {
         let advice = parts[n]["advice"].as_array().expect("advice");
         let command = |a: &serde_json::Value| a["command"].as_str().unwrap_or("").to_string();

@@ -941,7 +941,7 @@ fn audit_and_advise_judge_the_layers_inside_partitions() {
     assert!(text.contains("└ LVM2_member") && text.contains("1 layer inside misaligned"), "{text}");
     let advice = common::blkalign().args(["advise", "--json", disk.str()]).output().expect("run");
     let advice: serde_json::Value = serde_json::from_slice(&advice.stdout).expect("json");
-    let first = advice[0]["advice"].to_string();
+    let first = advice["partitions"][0]["advice"].to_string();
     assert!(first.contains("pvmove") && !first.contains("\"destroys_data\":true"), "{first}");
 }
 

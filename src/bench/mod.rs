@@ -22,6 +22,8 @@ use rng::Rng;
 use serde::Serialize;
 use stats::Latency;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::time::Duration;
 
 /// What can go wrong measuring a device. The I/O errors are in the
 /// messages, so they are no `source`: printed with its chain, the cause
@@ -78,7 +80,6 @@ pub struct Ratio {
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Report {
-    pub version: u32,
     /// "psync" or "io_uring".
     pub engine: &'static str,
     pub iodepth: u32,
@@ -110,29 +111,110 @@ impl Engine {
     }
 }
 
-/// Runs `plan` on `file` (opened by [`open_direct`]); `done` is told after
-/// each timed request.
+/// What a run is doing, for a progress display.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Reading what the writes will put back: untimed.
+    Backup,
+    /// Timed requests.
+    Timed,
+    /// probe's stages: where writes are fast, the smallest fast size, and
+    /// the fast offset at that size.
+    Locate,
+    Knee,
+    Sweep,
+}
+
+const PHASES: [Phase; 5] = [Phase::Backup, Phase::Timed, Phase::Locate, Phase::Knee, Phase::Sweep];
+
+/// Where a run stands, read by a progress display on another thread while
+/// the run goes on. Atomics only: counting must cost a request nothing
+/// measurable.
+#[derive(Debug)]
+pub struct Progress {
+    done: AtomicU64,
+    total: AtomicU64,
+    phase: AtomicU8,
+}
+
+impl Progress {
+    pub fn new(total: u64, phase: Phase) -> Progress {
+        Progress {
+            done: AtomicU64::new(0),
+            total: AtomicU64::new(total),
+            phase: AtomicU8::new(phase as u8),
+        }
+    }
+
+    /// Requests finished, and requests planned (probe's plan grows as its
+    /// stages find what they need).
+    pub fn counts(&self) -> (u64, u64) {
+        (self.done.load(Relaxed), self.total.load(Relaxed))
+    }
+
+    pub fn phase(&self) -> Phase {
+        PHASES[usize::from(self.phase.load(Relaxed)).min(PHASES.len() - 1)]
+    }
+
+    pub(crate) fn set_total(&self, total: u64) {
+        self.total.store(total, Relaxed);
+    }
+
+    pub(crate) fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase as u8, Relaxed);
+    }
+
+    /// A request finished: any backup before it is over.
+    pub(crate) fn finish_one(&self) {
+        if self.phase.load(Relaxed) == Phase::Backup as u8 {
+            self.set_phase(Phase::Timed);
+        }
+        self.done.fetch_add(1, Relaxed);
+    }
+}
+
+/// Runs `plan` on `file` (opened by [`open_direct`]), counting each timed
+/// request in `progress`.
 pub fn run(
     file: &std::fs::File,
     plan: &Plan,
     mode: Mode,
     engine: Engine,
     rng: &mut Rng,
-    done: &mut dyn FnMut(),
+    progress: &Progress,
 ) -> Result<Report, BenchError> {
     let requests = plan::schedule(plan, rng);
-    let executed = io::execute(file, &requests, mode, engine, done)?;
+    let mut latencies = Vec::with_capacity(requests.len());
+    let mut wall = Duration::ZERO;
+    // A batch at a time, so that each backup phase can be told apart.
+    for batch in requests.chunks(batch_len(&requests)) {
+        if mode == Mode::Write {
+            progress.set_phase(Phase::Backup);
+        }
+        let executed = io::execute(file, batch, mode, engine, &mut || progress.finish_one())?;
+        latencies.extend(executed.latencies);
+        wall += executed.wall;
+    }
     let mut samples = vec![Vec::new(); plan.cells.len()];
-    for (req, lat) in requests.iter().zip(&executed.latencies) {
+    for (req, lat) in requests.iter().zip(&latencies) {
         samples[req.cell].push(lat.as_secs_f64() * 1e6);
     }
     let (engine, iodepth) = engine.describe();
     let results: Vec<CellResult> =
         plan.cells.iter().zip(&samples).map(|(c, s)| summarise(c, s)).collect();
     let ratios = ratios(&results);
-    let wall_s = executed.wall.as_secs_f64();
+    let wall_s = wall.as_secs_f64();
     let throughput_iops = throughput(requests.len(), wall_s);
-    Ok(Report { version: 1, engine, iodepth, wall_s, throughput_iops, results, ratios })
+    Ok(Report { engine, iodepth, wall_s, throughput_iops, results, ratios })
+}
+
+/// Requests the engine backs up in one go: their buffers (each at most
+/// twice a request of at least a page, alignment included) fit its memory
+/// bound, so it backs them up once and then times them all.
+fn batch_len(requests: &[Request]) -> usize {
+    let largest = requests.iter().map(|r| r.size).max().unwrap_or(0).max(4096);
+    let fit = io::CHUNK_BYTES / largest.saturating_mul(2);
+    usize::try_from(fit).unwrap_or(usize::MAX).max(1)
 }
 
 /// Requests per second of wall time; 0 when no time passed.
@@ -208,6 +290,26 @@ mod tests {
         let r = summarise(&c, &[1000.0, 3000.0]);
         assert_eq!((r.count, r.msec, r.iops, r.kbps), (2, 4.0, 500.0, 2048.0));
         assert_eq!(r.lat_us.p50, 2000.0);
+    }
+
+    #[test]
+    fn a_batch_fits_one_backup() {
+        let req = |size| Request { cell: 0, pos: 0, size };
+        assert_eq!(batch_len(&[req(4096), req(512)]), 8192);
+        assert_eq!(batch_len(&[req(512)]), 8192);
+        assert_eq!(batch_len(&[req(64 << 20)]), 1);
+        assert_eq!(batch_len(&[req(u64::MAX)]), 1);
+        assert_eq!(batch_len(&[]), 8192);
+    }
+
+    #[test]
+    fn the_first_request_ends_a_backup() {
+        let progress = Progress::new(3, Phase::Backup);
+        progress.finish_one();
+        assert_eq!((progress.phase(), progress.counts()), (Phase::Timed, (1, 3)));
+        progress.set_phase(Phase::Sweep);
+        progress.finish_one();
+        assert_eq!(progress.phase(), Phase::Sweep);
     }
 
     #[test]

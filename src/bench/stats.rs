@@ -1,5 +1,5 @@
-//! The arithmetic of results: percentiles, rates, and splitting cells into
-//! a fast and a slow cluster.
+//! The arithmetic of results: percentiles, rates, splitting cells into a
+//! fast and a slow cluster, and how long the rest of a run will take.
 
 use serde::Serialize;
 
@@ -98,6 +98,21 @@ pub fn uniformity(medians: &[f64]) -> f64 {
     (1.0 - (high / low - 1.0) / (GAP - 1.0)).clamp(0.0, 1.0)
 }
 
+/// Seconds until `total` requests are done, from samples of progress
+/// (seconds since the start, requests done by then) in time order, the
+/// last taken now. The pace is that of the later half of the requests
+/// done: an early stall (the untimed backup, a drive waking up) falls out
+/// of the window as the run goes on, while a stall under way counts in
+/// full. None until a request has finished.
+pub fn eta(samples: &[(f64, u64)], total: u64) -> Option<f64> {
+    let &(now, done) = samples.last()?;
+    // The latest sample with at most half the requests done.
+    let from = samples.partition_point(|s| s.1 <= done / 2).checked_sub(1)?;
+    let (since, then) = samples[from];
+    let requests = done.checked_sub(then).filter(|&n| n > 0)?;
+    Some((now - since) / requests as f64 * total.saturating_sub(done) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +153,50 @@ mod tests {
         assert_eq!(separation(&[], &[1.0]), 0.0);
         assert_eq!(uniformity(&[100.0; 10]), 1.0);
         assert_eq!(uniformity(&[100.0, 200.0, 100.0, 200.0]), 0.0);
+    }
+
+    /// Progress sampled every 0.1 s: nothing for `stall` seconds, then
+    /// `rate` requests a second.
+    fn run_after_stall(stall: f64, rate: f64, until: f64) -> Vec<(f64, u64)> {
+        (0..=(until * 10.0).round() as u64)
+            .map(|tick| {
+                let at = tick as f64 / 10.0;
+                (at, ((at - stall).max(0.0) * rate).round() as u64)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn eta_is_unknown_until_a_request_finishes() {
+        assert_eq!(eta(&[], 100), None);
+        assert_eq!(eta(&run_after_stall(5.0, 100.0, 4.0), 1000), None);
+    }
+
+    #[test]
+    fn eta_forgets_an_early_stall() {
+        // 25 s of work (2500 requests at 100/s) behind a 5 s backup: an
+        // estimate from the first request's duration would say hours.
+        let total = 2500;
+        for until in [6.0, 7.0, 10.0, 20.0, 29.0] {
+            let samples = run_after_stall(5.0, 100.0, until);
+            let truth = 30.0 - until;
+            let guess = eta(&samples, total).expect("requests finished");
+            assert!(
+                guess <= 2.0 * truth && truth <= 2.0 * guess,
+                "at {until} s: {guess} vs {truth}"
+            );
+        }
+        let samples = run_after_stall(5.0, 100.0, 20.0);
+        assert!((eta(&samples, total).unwrap() - 10.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn eta_grows_during_a_stall_under_way() {
+        let mut samples = run_after_stall(0.0, 100.0, 5.0);
+        let before = eta(&samples, 1000).unwrap();
+        samples.extend((51..=100).map(|tick| (tick as f64 / 10.0, 500)));
+        let during = eta(&samples, 1000).unwrap();
+        assert!((before - 5.0).abs() < 0.01 && during > 2.0 * before, "{before} then {during}");
+        assert_eq!(eta(&run_after_stall(0.0, 100.0, 10.0), 1000), Some(0.0));
     }
 }

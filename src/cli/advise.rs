@@ -2,26 +2,45 @@
 //! keep the layers above aligned; for one that already holds something,
 //! what tunes or checks it in place instead.
 
+use super::output::OutputArgs;
 use super::EXIT_OK;
 use anyhow::Context;
 use blkalign::advise::{self, Advice, Holds, IoSizes};
 use blkalign::align::Geometry;
 use blkalign::device::{self, SysRoot, Target, TargetKind};
-use blkalign::table::{self, PartKind};
+use blkalign::report::table::{self, fill, Column, Kind, Style};
+use blkalign::report::{partition_name, PARTITION_NAME_ABOUT};
+use blkalign::table::{self as layout, PartKind};
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  blkalign advise /dev/sdb
+  blkalign advise /dev/sdb -o NAME,COMMAND       the commands alone
+  blkalign advise disk.img -rn -o NAME,DESTROYS,COMMAND
+  blkalign advise /dev/sdb --json")]
 pub struct Args {
     /// Whole disk (/dev/sdb) or disk-image file.
-    target: PathBuf,
+    #[arg(required_unless_present = "columns")]
+    target: Option<PathBuf>,
 
-    /// Print JSON instead of text.
+    /// Print JSON instead of text (docs/schema/advise.schema.json).
     #[arg(long)]
     json: bool,
 
     #[command(flatten)]
+    output: OutputArgs,
+
+    #[command(flatten)]
     geometry: super::GeometryArgs,
+}
+
+/// What `advise --json` prints.
+#[derive(Serialize)]
+struct Document<'a> {
+    target: &'a Path,
+    partitions: &'a [PartitionAdvice],
 }
 
 #[derive(Serialize)]
@@ -36,12 +55,15 @@ struct PartitionAdvice {
 }
 
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+    let all = columns();
+    let Some(columns) = args.output.columns(&all)? else { return Ok(EXIT_OK) };
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
-    let target = device::resolve(&root, &args.target)?;
+    let path = args.target.as_deref().context("name the disk or image to advise on")?;
+    let target = device::resolve(&root, path)?;
     let file = device::open(&target)?;
     let topology = device::topology(&root, &target, Some(&file), &args.geometry.overrides())?;
     let logical = topology.logical_sector_size.value;
-    let layout = table::read(&file, logical, topology.size_bytes)
+    let layout = layout::read(&file, logical, topology.size_bytes)
         .with_context(|| format!("reading the table of {}", target.path.display()))?;
     let geometry = Geometry::new(
         logical,
@@ -65,7 +87,12 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
             let node = node(&target, p.number);
             let holds = advise::holds(&file, p.start, p.size, logical, topology.size_bytes);
             let mut advice = advise::advise(&node, &disk, &io, &holds);
-            advice.extend(layer_advice(&file, p, logical, &geometry, &io, &node));
+            for more in layer_advice(&file, p, logical, &geometry, &io, &node) {
+                // A layer's own advice may repeat what its contents gave.
+                if !advice.contains(&more) {
+                    advice.push(more);
+                }
+            }
             let (contents, error) = match holds {
                 Holds::Nothing => (None, None),
                 Holds::Contents(c) => (Some(c), None),
@@ -74,13 +101,69 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
             PartitionAdvice { number: p.number, node, contents, error, advice }
         })
         .collect();
-    let text =
-        if args.json { serde_json::to_string_pretty(&advice)? + "\n" } else { text(&advice) };
-    super::emit(&text)?;
+    if args.json {
+        super::emit_json(&Document { target: &target.path, partitions: &advice })?;
+    } else {
+        super::emit(&text(&target, &advice, &columns, &args.output.style()))?;
+    }
     Ok(EXIT_OK)
 }
 
-fn text(advice: &[PartitionAdvice]) -> String {
+/// One piece of advice for one partition.
+struct Row<'a> {
+    target: &'a Target,
+    part: &'a PartitionAdvice,
+    advice: &'a Advice,
+}
+
+/// The columns `advise` can print (`-o`).
+fn columns<'a>() -> Vec<Column<Row<'a>>> {
+    use Kind::{Free, Number, Text};
+    let column = Column::<Row<'a>>::new;
+    vec![
+        column("NAME", PARTITION_NAME_ABOUT, Text, |r, _| {
+            partition_name(r.target.name.as_deref(), &r.target.path, r.part.number)
+        })
+        .on_request(),
+        column("NR", "partition number", Number, |r, _| r.part.number.to_string()).on_request(),
+        column("FSTYPE", "what the partition holds (libblkid's TYPE)", Text, |r, _| {
+            r.part.contents.as_ref().map_or(String::new(), |c| c.name.to_string())
+        })
+        .on_request(),
+        column(
+            "LAYER",
+            "the layer the advice is for: ext4, xfs, lvm, luks, zfs, ...",
+            Text,
+            |r, _| r.advice.layer.to_string(),
+        ),
+        column(
+            "DESTROYS",
+            "yes when the command destroys what the partition holds",
+            Text,
+            |r, _| (if r.advice.destroys_data { "yes" } else { "no" }).to_string(),
+        ),
+        column("COMMAND", "what to run (empty for something only to know)", Text, |r, _| {
+            r.advice.command.clone().unwrap_or_default()
+        }),
+        column("WHY", "why, in words", Free, |r, _| r.advice.why.clone()),
+    ]
+}
+
+/// A heading per partition and a table of its advice; raw output is one
+/// table for all.
+fn text<'a>(
+    target: &'a Target,
+    advice: &'a [PartitionAdvice],
+    columns: &[&Column<Row<'a>>],
+    style: &Style,
+) -> String {
+    let rows = |part: &'a PartitionAdvice| {
+        part.advice.iter().map(move |a| Row { target, part, advice: a })
+    };
+    if style.raw {
+        let all: Vec<Row> = advice.iter().flat_map(rows).collect();
+        return table::render(columns, &all, style, 0, |_| false);
+    }
     if advice.is_empty() {
         return "no partitions: partition the disk first (blkalign partition)\n".into();
     }
@@ -94,18 +177,15 @@ fn text(advice: &[PartitionAdvice]) -> String {
             (None, Some(_)) => "unreadable".into(),
             (None, None) => "empty (no signature found)".into(),
         };
-        out += &format!("partition {} ({}): {holds}\n", p.number, p.node);
-        for a in &p.advice {
-            if a.destroys_data {
-                out += &format!("  # DESTROYS DATA on {}\n", p.node);
-            }
-            match &a.command {
-                Some(command) => {
-                    out += &format!("  {:<5} {command}\n        # {}\n", a.layer, a.why)
-                }
-                None => out += &format!("  {:<5} # {}\n", a.layer, a.why),
-            }
+        out += &fill("", 4, &format!("partition {} ({}): {holds}", p.number, p.node), style.width);
+        if p.advice.iter().any(|a| a.destroys_data) {
+            let warning = format!(
+                "DESTROYS DATA on {}: a command with DESTROYS yes replaces what it holds",
+                p.node
+            );
+            out += &fill("  # ", 4, &warning, style.width);
         }
+        out += &table::render(columns, &rows(p).collect::<Vec<_>>(), style, 2, |_| false);
     }
     out
 }

@@ -1,11 +1,11 @@
 //! `blkalign audit`: report the alignment of every partition.
 
+use super::output::OutputArgs;
 use super::{GeometryArgs, EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use blkalign::align::Class;
 use blkalign::audit::{self, DiskAudit, Options};
 use blkalign::device::SysRoot;
 use blkalign::report;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -17,18 +17,31 @@ pub enum Format {
 }
 
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  blkalign audit                            every disk on this machine
+  blkalign audit /dev/sda disk.img          a disk and a disk image
+  blkalign audit /dev/sda2                  its disk, partition 2 marked *
+  blkalign audit -o NAME,START,VERDICT /dev/sda
+  blkalign audit -o +END,SECTORS,PARTLABEL /dev/sda
+  blkalign audit -rn -o NAME,VERDICT        one line per partition, for scripts
+  blkalign audit --output help              the columns
+  blkalign audit --json | jq '.targets[].partitions[] | select(.verdict == \"misaligned\")'")]
 pub struct Args {
     /// Whole disks (/dev/sda), partitions (audits their disk, highlights the
     /// partition) or disk-image files. Default: every disk on this machine.
     targets: Vec<PathBuf>,
 
-    /// Output format.
+    /// Output format: table, json (the contract in docs/output.md) or
+    /// prometheus (node_exporter's textfile format).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
 
     /// Shorthand for --format json.
     #[arg(long, conflicts_with = "format")]
     json: bool,
+
+    #[command(flatten)]
+    output: OutputArgs,
 
     /// Exit 1 for suboptimal starts too (off the optimal I/O size or 1 MiB).
     #[arg(long)]
@@ -54,6 +67,14 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
             "--probe writes to each disk (putting back the bytes it read): add --yes to allow it"
         );
     }
+    let format = if args.json { Format::Json } else { args.format };
+    if format != Format::Table && args.output.given() {
+        anyhow::bail!("only --format table takes -o, -n, -b, -r, -w, --wide and --color");
+    }
+    let all = report::audit_columns();
+    let Some(columns) = args.output.columns(&all)? else {
+        return Ok(EXIT_OK);
+    };
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let opts = Options {
         overrides: args.geometry.overrides(),
@@ -65,13 +86,12 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     } else {
         args.targets.iter().map(|t| audit::audit_path(&root, t, &opts)).collect()
     };
-    let format = if args.json { Format::Json } else { args.format };
     let text = match format {
         // A target never found is nothing but its error, said once below.
         Format::Table => {
             let found: Vec<DiskAudit> =
                 audits.iter().filter(|a| a.kind.is_some()).cloned().collect();
-            report::human(&found, color_wanted())
+            report::human(&found, &columns, &args.output.style())
         }
         Format::Json => report::json(&audits),
         Format::Prometheus => report::prometheus(&audits, now()),
@@ -102,10 +122,6 @@ fn exit_code(audits: &[DiskAudit], strict: bool) -> u8 {
         Some(Class::Suboptimal) if strict => EXIT_PROBLEM,
         _ => EXIT_OK,
     }
-}
-
-fn color_wanted() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
 fn now() -> f64 {

@@ -1,64 +1,74 @@
 //! `blkalign bench`: time writes (or reads) by size and offset, in the
 //! three workloads of the articles.
 
-use super::EXIT_OK;
+use super::output::OutputArgs;
+use super::{EXIT_ERROR, EXIT_OK};
 use anyhow::{bail, Context};
-use blkalign::bench::{self, plan, rng::Rng, safety, Mode, Plan, Report, Span};
+use blkalign::bench::{self, plan, rng::Rng, safety, stats, CellResult, Mode, Phase, Plan};
+use blkalign::bench::{Progress, Report, Span};
 use blkalign::device::{self, SysRoot};
-use indicatif::{ProgressBar, ProgressStyle};
+use blkalign::report::table::{Column, Kind, Units};
+use blkalign::units::{size_arg, SIZE_SYNTAX};
+use indicatif::{HumanDuration, ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum Pattern {
-    /// COUNT writes of SIZE at random points of a SIZE grid plus each OFFSET.
+    /// COUNT requests of SIZE at random points of a SIZE grid plus each OFFSET.
     Random,
     /// The size × offset matrix of phybs: sizes 1-8 logical sectors, every
-    /// sector offset below the size, COUNT writes 4 × size apart.
+    /// sector offset below the size, COUNT requests 4 × size apart.
     Phybs,
-    /// SIZE writes every STRIDE from each BASE sector for TOTAL bytes.
+    /// SIZE requests every STRIDE from each BASE sector for TOTAL bytes, in
+    /// sequential runs (part-align-bench).
     Stride,
 }
 
 #[derive(clap::Args)]
+#[command(after_help = after_help())]
 pub struct Args {
     /// A disk, partition or image. Writes put back the bytes read there
     /// before the timed phase (unless --destructive); a mounted or held
     /// device is refused.
     target: PathBuf,
 
+    /// The workload.
     #[arg(long, value_enum, default_value_t = Pattern::Random)]
     pattern: Pattern,
 
-    /// Bytes per request (random, stride), at most 64 MiB [default: 4096, or
+    /// random, stride: bytes per request, at most 64 MiB [default: 4096, or
     /// the logical sector when larger].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     size: Option<u64>,
 
     /// random: offsets to compare, comma-separated [default: 0 and the
     /// logical sector].
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE,...", value_delimiter = ',', value_parser = size_arg)]
     offset: Vec<u64>,
 
-    /// Requests per cell [default: 1000 for random, 100 for phybs]; at most
-    /// 10 million requests in all.
-    #[arg(long)]
+    /// random, phybs: requests per cell [default: 1000 for random, 100 for
+    /// phybs]; at most 10 million requests in all.
+    #[arg(long, value_name = "N")]
     count: Option<u64>,
 
-    /// stride: distance between writes [default: the size].
-    #[arg(long, value_parser = parse_size)]
+    /// stride: distance between requests [default: the size].
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     stride: Option<u64>,
 
-    /// stride: bytes covered from each base.
-    #[arg(long, value_parser = parse_size, default_value = "4MiB")]
-    total: u64,
+    /// stride: bytes covered from each base [default: 4MiB].
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    total: Option<u64>,
 
-    /// stride: base sectors, comma-separated (the articles' partition starts).
-    #[arg(long, value_delimiter = ',', default_value = "0,8,34,40,42")]
+    /// stride: base sectors, comma-separated (the articles' partition
+    /// starts) [default: 0,8,34,40,42].
+    #[arg(long, value_name = "LBA,...", value_delimiter = ',')]
     base: Vec<u64>,
 
     /// Use only this many bytes from the start of the target [default: all].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     span: Option<u64>,
 
     /// Time reads instead of writes.
@@ -69,8 +79,8 @@ pub struct Args {
     #[arg(long)]
     write: bool,
 
-    /// Open with O_SYNC.
-    #[arg(long)]
+    /// Open with O_SYNC: each write returns once it is on stable storage.
+    #[arg(long, conflicts_with = "read")]
     sync: bool,
 
     /// Write a pattern over the data instead of putting it back; needs --yes.
@@ -78,37 +88,61 @@ pub struct Args {
     destructive: bool,
 
     /// Confirm --destructive.
-    #[arg(long)]
+    #[arg(long, requires = "destructive")]
     yes: bool,
 
-    /// How requests are issued: psync (one at a time) or io_uring.
+    /// How requests are issued: psync (one pwrite/pread at a time, as fio's
+    /// psync) or io_uring (up to --iodepth in flight).
     #[arg(long, value_enum, default_value_t = EngineArg::Psync)]
     engine: EngineArg,
 
-    /// io_uring: requests in flight at once.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
-    iodepth: u32,
+    /// io_uring: requests in flight at once [default: 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+    iodepth: Option<u32>,
 
-    /// Print the report as JSON (fields in docs/performance.md).
+    /// Print the report as JSON (schema: docs/schema/bench.schema.json).
     #[arg(long)]
     json: bool,
 
-    /// Also draw throughput against offset, one line per size, to FILE.
+    /// Also draw IOPS against offset, one line per size, to FILE (needs a
+    /// size measured at two or more offsets).
     #[arg(long, value_name = "FILE")]
     svg: Option<PathBuf>,
 
     /// Seed the random positions and order, to reproduce a run.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     seed: Option<u64>,
+
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
-fn parse_size(text: &str) -> Result<u64, String> {
-    blkalign::units::parse_bytes(text).ok_or_else(|| {
-        format!("{text:?} is not a byte count: a number with an optional K, M, G or T suffix (binary), e.g. 4096, 64KiB, 1MiB")
-    })
+/// Examples, and what every SIZE may be (util-linux's syntax).
+fn after_help() -> String {
+    format!(
+        "Examples:
+  blkalign bench /dev/sdb                          4 KiB writes at offsets 0 and 512
+  blkalign bench /dev/sdb --offset 0,512,3584 --count 500 --sync
+  blkalign bench /dev/sdb --pattern phybs --svg phybs.svg
+  blkalign bench /dev/sdb --pattern stride --base 0,63,2048 --total 16MiB
+  blkalign bench /dev/nvme0n1 --engine io_uring --iodepth 32 --read
+  blkalign bench /dev/sdb -o SIZE,OFFSET,P50,P95 -b
+  blkalign bench disk.img --json | jq '.ratios'
+
+SIZE is {SIZE_SYNTAX}.
+
+Writes put back the bytes read there just before (untimed), so no data
+changes, even when Ctrl-C ends the run (it ends at once; exit status 130 in a
+shell). On a terminal, stderr shows a progress bar with an ETA."
+    )
 }
 
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+    if let Err(message) = ignored(&args) {
+        return usage_error(&message);
+    }
+    let all = columns();
+    let Some(columns) = args.output.columns(&all)? else { return Ok(EXIT_OK) };
     if args.destructive && !args.yes {
         bail!(
             "--destructive overwrites the data on {}: add --yes to confirm",
@@ -132,17 +166,84 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let mut rng = args.seed.map_or_else(Rng::from_clock, Rng::new);
     let span = Span { start: 0, len: args.span.unwrap_or(info.size).min(info.size) };
     let plan = make_plan(&args, info.logical, span, &mut rng)?;
-    let bar = progress(&plan);
-    let engine = engine(args.engine, args.iodepth);
-    let report = bench::run(&file, &plan, mode, engine, &mut rng, &mut || bar.inc(1))?;
-    bar.finish_and_clear();
+    if args.svg.is_some() && !has_line(&plan) {
+        return usage_error(
+            "--svg draws IOPS against offset, and this run measures every size at one offset only",
+        );
+    }
+    let engine = engine(args.engine, args.iodepth.unwrap_or(1));
+    let total = plan.cells.iter().map(|c| c.positions.len() as u64).sum();
+    let first = if mode == Mode::Write { Phase::Backup } else { Phase::Timed };
+    let progress = Progress::new(total, first);
+    let report = with_progress(&progress, "requests", || {
+        bench::run(&file, &plan, mode, engine, &mut rng, &progress)
+    })?;
     if let Some(path) = &args.svg {
         std::fs::write(path, bench::svg::render(&report.results))
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    let text = if args.json { serde_json::to_string(&report)? + "\n" } else { table(&report) };
-    super::emit(&text)?;
+    if args.json {
+        super::emit_json(&report)?;
+    } else {
+        super::emit(&args.output.table(&columns, &report.results))?;
+        if !args.output.raw {
+            super::emit(&summary(&report, args.output.style().units))?;
+        }
+    }
     Ok(EXIT_OK)
+}
+
+/// Options the chosen pattern or engine would not use: an error rather
+/// than a surprise.
+fn ignored(args: &Args) -> Result<(), String> {
+    let pattern = clap::ValueEnum::to_possible_value(&args.pattern)
+        .map_or_else(String::new, |v| v.get_name().to_string());
+    if args.iodepth.is_some() && args.engine != EngineArg::IoUring {
+        return Err("--iodepth needs --engine io_uring: psync, the default engine, has one request in flight".into());
+    }
+    let stride_only = [
+        ("--stride", args.stride.is_some()),
+        ("--total", args.total.is_some()),
+        ("--base", !args.base.is_empty()),
+    ];
+    let not_for = |option: &str, why: &str| {
+        Err(format!("{option} does not apply to --pattern {pattern}: {why}"))
+    };
+    match args.pattern {
+        Pattern::Stride if args.count.is_some() => {
+            not_for("--count", "each base gets --total ÷ --stride requests")
+        }
+        Pattern::Stride if !args.offset.is_empty() => {
+            not_for("--offset", "its offsets are the --base sectors")
+        }
+        Pattern::Phybs if args.size.is_some() => {
+            not_for("--size", "it measures 1, 2, 4 and 8 logical sectors")
+        }
+        Pattern::Phybs if !args.offset.is_empty() => {
+            not_for("--offset", "it measures every logical-sector offset below each size")
+        }
+        Pattern::Random | Pattern::Phybs => match stride_only.iter().find(|(_, given)| *given) {
+            Some((option, _)) => not_for(option, "it is an option of --pattern stride"),
+            None => Ok(()),
+        },
+        Pattern::Stride => Ok(()),
+    }
+}
+
+/// Prints a usage error as clap does, with bench's usage line: exit 2.
+fn usage_error(message: &str) -> anyhow::Result<u8> {
+    use clap::Args as _;
+    let mut command = Args::augment_args(clap::Command::new("bench")).bin_name("blkalign bench");
+    command.error(clap::error::ErrorKind::ArgumentConflict, message).print()?;
+    Ok(EXIT_ERROR)
+}
+
+/// Whether some size is measured at two or more offsets: a line to draw.
+fn has_line(plan: &Plan) -> bool {
+    let mut cells: Vec<(u64, u64)> = plan.cells.iter().map(|c| (c.size, c.offset)).collect();
+    cells.sort_unstable();
+    cells.dedup();
+    cells.windows(2).any(|pair| pair[0].0 == pair[1].0)
 }
 
 fn make_plan(args: &Args, logical: u64, span: Span, rng: &mut Rng) -> anyhow::Result<Plan> {
@@ -159,7 +260,10 @@ fn make_plan(args: &Args, logical: u64, span: Span, rng: &mut Rng) -> anyhow::Re
         Pattern::Phybs => plan::phybs(args.count.unwrap_or(100), span, logical)?,
         Pattern::Stride => {
             let stride = args.stride.unwrap_or(size);
-            plan::stride(size, stride, args.total, &args.base, span, logical)?
+            let total = args.total.unwrap_or(4 << 20);
+            let bases =
+                if args.base.is_empty() { vec![0, 8, 34, 40, 42] } else { args.base.clone() };
+            plan::stride(size, stride, total, &bases, span, logical)?
         }
     };
     Ok(plan)
@@ -174,49 +278,112 @@ fn default_offsets(size: u64, logical: u64) -> Vec<u64> {
     }
 }
 
-/// A bar with ETA on a terminal; hidden when stderr is piped.
-fn progress(plan: &Plan) -> ProgressBar {
+/// How often the bar is redrawn and progress sampled.
+const TICK: Duration = Duration::from_millis(200);
+
+/// Runs `work` while a bar on stderr shows `progress` counted in `unit`,
+/// when stderr is a terminal (nothing otherwise: a pipe or a log gets no
+/// bar). The ETA is [`stats::eta`]'s, from progress sampled every TICK.
+pub(super) fn with_progress<T>(progress: &Progress, unit: &str, work: impl FnOnce() -> T) -> T {
     if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
+        return work();
     }
-    let total: usize = plan.cells.iter().map(|c| c.positions.len()).sum();
-    let bar = ProgressBar::new(total as u64);
-    if let Ok(style) = ProgressStyle::with_template("{bar:40} {pos}/{len} requests, ETA {eta}") {
-        bar.set_style(style);
+    let template = format!("{{prefix}} {{wide_bar}} {{pos}}/{{len}} {unit}, {{msg}}");
+    let bar = ProgressBar::new(0);
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        bar.set_style(style.progress_chars("=> "));
     }
-    bar
+    let (stop, stopped) = mpsc::channel::<()>();
+    let out = std::thread::scope(|scope| {
+        let shown = bar.clone();
+        scope.spawn(move || watch(progress, &shown, &stopped));
+        let out = work();
+        drop(stop);
+        out
+    });
+    bar.finish_and_clear();
+    out
 }
 
-/// phybs' columns, then latency percentiles and the ratios.
-fn table(report: &Report) -> String {
-    let mut out = format!(
-        "{:>7} {:>6} {:>6} {:>7} {:>10} {:>9} {:>10} {:>8} {:>8} {:>8}\n",
-        "count", "size", "offset", "step", "msec", "tps", "kBps", "p5_us", "p50_us", "p95_us"
-    );
-    for r in &report.results {
-        out += &format!(
-            "{:>7} {:>6} {:>6} {:>7} {:>10.1} {:>9.1} {:>10.1} {:>8.0} {:>8.0} {:>8.0}\n",
-            r.count,
-            r.size,
-            r.offset,
-            r.step,
-            r.msec,
-            r.iops,
-            r.kbps,
-            r.lat_us.p5,
-            r.lat_us.p50,
-            r.lat_us.p95
-        );
+/// Redraws `bar` every TICK until `stopped` says the work is over.
+fn watch(progress: &Progress, bar: &ProgressBar, stopped: &mpsc::Receiver<()>) {
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    loop {
+        let (done, total) = progress.counts();
+        samples.push((start.elapsed().as_secs_f64(), done));
+        // Drawn once there is a plan: an empty one would show as complete.
+        if total > 0 {
+            let eta = stats::eta(&samples, total).map_or_else(
+                || "ETA once requests complete".to_string(),
+                |s| format!("ETA {}", HumanDuration(Duration::from_secs_f64(s.clamp(0.0, 1e9)))),
+            );
+            bar.set_prefix(phase_label(progress.phase()));
+            bar.set_length(total);
+            bar.set_position(done);
+            bar.set_message(eta);
+        }
+        if stopped.recv_timeout(TICK) != Err(RecvTimeoutError::Timeout) {
+            return;
+        }
     }
+}
+
+fn phase_label(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Backup => "backup read (untimed)",
+        Phase::Timed => "timing",
+        Phase::Locate => "probe: finding fast offsets",
+        Phase::Knee => "probe: finding the smallest fast size",
+        Phase::Sweep => "probe: sweeping the offsets",
+    }
+}
+
+/// The columns `-o` picks from: phybs' figures, then latency percentiles.
+fn columns() -> Vec<Column<CellResult>> {
+    use Kind::Number;
+    let column = |name, about, default, value| Column { name, about, kind: Number, default, value };
+    vec![
+        column("COUNT", "requests measured", true, |r: &CellResult, _| r.count.to_string()),
+        column("SIZE", "bytes per request (with --bytes: in bytes)", true, |r, u: Units| {
+            u.size(r.size)
+        }),
+        column(
+            "OFFSET",
+            "offset of the requests from the grid (with --bytes: in bytes)",
+            true,
+            |r, u| u.size(r.offset),
+        ),
+        column("STEP", "distance between positions (with --bytes: in bytes)", true, |r, u| {
+            u.size(r.step)
+        }),
+        column("MSEC", "summed latency, milliseconds", true, |r, _| format!("{:.1}", r.msec)),
+        column("IOPS", "requests per second (phybs' tps)", true, |r, _| format!("{:.1}", r.iops)),
+        column("KBPS", "kilobytes (1000 bytes) per second", true, |r, _| format!("{:.1}", r.kbps)),
+        column("P5", "5th percentile latency, microseconds", true, |r, _| {
+            format!("{:.0}", r.lat_us.p5)
+        }),
+        column("P50", "median latency, microseconds", true, |r, _| format!("{:.0}", r.lat_us.p50)),
+        column("P95", "95th percentile latency, microseconds", true, |r, _| {
+            format!("{:.0}", r.lat_us.p95)
+        }),
+    ]
+}
+
+/// What the run sustained, and each size's penalty.
+fn summary(report: &Report, units: Units) -> String {
     let requests: u64 = report.results.iter().map(|r| r.count).sum();
-    out += &format!(
+    let mut out = format!(
         "{requests} requests in {:.2} s at depth {} ({}): {:.1} IOPS overall\n",
         report.wall_s, report.iodepth, report.engine, report.throughput_iops
     );
     for r in &report.ratios {
         out += &format!(
             "size {}: offset {} is {:.2}× slower than offset {} (median latency)\n",
-            r.size, r.slow_offset, r.ratio, r.fast_offset
+            units.size(r.size),
+            units.size(r.slow_offset),
+            r.ratio,
+            units.size(r.fast_offset)
         );
     }
     out
@@ -224,7 +391,9 @@ fn table(report: &Report) -> String {
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum EngineArg {
+    /// One pwrite/pread at a time (the default).
     Psync,
+    /// Up to --iodepth requests in flight.
     #[value(name = "io_uring", alias = "io-uring")]
     IoUring,
 }

@@ -6,6 +6,8 @@ mod audit;
 mod bench;
 mod demo;
 mod emulate;
+mod generate;
+mod output;
 mod partition;
 mod plan;
 mod probe;
@@ -62,6 +64,16 @@ enum Command {
     /// Move misaligned partitions to aligned starts in place, crash-safe and
     /// resumable (prints the plan unless --yes).
     Realign(realign::Args),
+    /// Print the manual page, or write one per subcommand into a directory.
+    ///
+    /// Generated from the definitions behind --help, so they match this
+    /// binary. The Debian package installs them; this is for other installs.
+    Man(generate::ManArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    ///
+    /// Generated from the definitions behind --help. The Debian package
+    /// installs the bash, zsh and fish ones; this is for other installs.
+    Completions(generate::CompletionsArgs),
 }
 
 /// How to judge a target's geometry, shared by the commands that do.
@@ -140,6 +152,8 @@ pub fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args, cli.sysfs_root),
         Command::Probe(args) => probe::run(args, cli.sysfs_root),
         Command::Realign(args) => realign::run(args, cli.sysfs_root),
+        Command::Man(args) => generate::man(args),
+        Command::Completions(args) => generate::completions(args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -52,10 +52,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+    if planning::printed_output_help(&args.plan)? {
+        return Ok(EXIT_OK);
+    }
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let (target, plan) = planning::make(&args.plan, &root)?;
     if !args.yes {
-        planning::print(&target, &plan, args.plan.json)?;
+        planning::print(&target, &plan, &args.plan)?;
         match device::open(&target) {
             Ok(file) => warn_lost(&target, &lost_contents(&file, &plan), args.force),
             Err(e) => eprintln!("note: what the partitions hold was not checked ({e})"),
@@ -91,7 +94,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     if target.kind == TargetKind::Disk {
         tell_kernel(&root, &target, &file, &planned_kernel_parts(&plan));
     }
-    planning::print(&target, &plan, args.plan.json)?;
+    planning::print(&target, &plan, &args.plan)?;
     eprintln!("wrote the {} table to {}", label_text(&plan), target.path.display());
     Ok(EXIT_OK)
 }

@@ -1,12 +1,14 @@
 //! `blkalign plan`: print the aligned layout a request would get; writes
 //! nothing. `partition` shares its arguments and planning.
 
+use super::output::OutputArgs;
 use super::EXIT_OK;
 use anyhow::{bail, Context};
 use blkalign::align::Geometry;
 use blkalign::device::{self, SysRoot, Target, TargetKind, Topology};
-use blkalign::plan::{self, Align, Disk, Label, Plan, Role, Script};
-use blkalign::report::human_size;
+use blkalign::plan::{self, Align, Disk, Label, Plan, Planned, Role, Script};
+use blkalign::report::table::{self, Column, Kind, Units};
+use blkalign::report::{partition_name, PARTITION_NAME_ABOUT};
 use serde::Serialize;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -19,9 +21,16 @@ enum LabelArg {
 }
 
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  blkalign plan /dev/sdb --part 512MiB:efi:boot --part rest:linux:root
+  blkalign plan disk.img --label mbr --part 1GiB:swap --part rest
+  sfdisk -d /dev/sda | blkalign plan /dev/sdb --script -
+  blkalign plan /dev/sdb --part rest -b -o NAME,START,SIZE
+  blkalign plan /dev/sdb --part rest --json")]
 pub struct Args {
     /// Whole disk (/dev/sdb) or disk-image file.
-    pub target: PathBuf,
+    #[arg(required_unless_present = "columns")]
+    pub target: Option<PathBuf>,
 
     /// Table type (default gpt, or the script's `label:`).
     #[arg(long, value_enum)]
@@ -45,9 +54,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE|-", conflicts_with = "parts")]
     script: Option<PathBuf>,
 
-    /// Print JSON instead of a table.
+    /// Print JSON instead of a table (docs/schema/plan.schema.json).
     #[arg(long)]
     pub json: bool,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
 
     #[command(flatten)]
     pub geometry: super::GeometryArgs,
@@ -63,8 +75,11 @@ pub struct Output<'a> {
 
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
+    if printed_output_help(&args)? {
+        return Ok(EXIT_OK);
+    }
     let (target, plan) = make(&args, &root)?;
-    print(&target, &plan, args.json)?;
+    print(&target, &plan, &args)?;
     Ok(EXIT_OK)
 }
 
@@ -76,13 +91,10 @@ pub fn make(args: &Args, root: &SysRoot) -> anyhow::Result<(Target, Plan)> {
         (Some(LabelArg::Mbr | LabelArg::Dos), _) => Label::Mbr,
         (None, label) => label.unwrap_or(Label::Gpt),
     };
-    let target = device::resolve(root, &args.target)?;
+    let path = args.target.as_deref().context("name the disk or image to plan")?;
+    let target = device::resolve(root, path)?;
     if let Some(n) = target.selected_partition {
-        bail!(
-            "{} is partition {n}; name the whole disk {}",
-            args.target.display(),
-            target.path.display()
-        );
+        bail!("{} is partition {n}; name the whole disk {}", path.display(), target.path.display());
     }
     let topology = topology(args, root, &target)?;
     let disk = disk_of(&topology, args.geometry.trust_kernel);
@@ -261,52 +273,117 @@ fn disk_of(t: &Topology, trust_kernel: bool) -> Disk {
     }
 }
 
-pub fn print(target: &Target, plan: &Plan, json: bool) -> anyhow::Result<()> {
-    let text = if json {
-        serde_json::to_string_pretty(&Output { target: &target.path, plan })? + "\n"
-    } else {
-        human(target, plan)
-    };
+/// Print the plan with the default columns.
+/// Print `plan` as `args` ask: `plan` itself and `partition`'s dry run.
+pub fn print(target: &Target, plan: &Plan, args: &Args) -> anyhow::Result<()> {
+    let all = columns();
+    let columns = table::select(&all, args.output.columns.as_deref())?;
+    show(target, plan, args.json, &columns, &args.output)
+}
+
+/// Whether `--output help` was asked for, and printed.
+pub fn printed_output_help(args: &Args) -> anyhow::Result<bool> {
+    Ok(args.output.columns(&columns())?.is_none())
+}
+
+fn show<'a>(
+    target: &'a Target,
+    plan: &'a Plan,
+    json: bool,
+    columns: &[&Column<Row<'a>>],
+    output: &OutputArgs,
+) -> anyhow::Result<()> {
+    if json {
+        return super::emit_json(&Output { target: &target.path, plan });
+    }
+    let style = output.style();
+    let rows: Vec<Row> = plan.partitions.iter().map(|p| Row { target, plan, p }).collect();
+    let mut text = if style.raw { String::new() } else { heading(target, plan, style.units) };
+    text += &table::render(columns, &rows, &style, 0, |_| false);
     Ok(super::emit(&text)?)
 }
 
-fn human(target: &Target, plan: &Plan) -> String {
+fn heading(target: &Target, plan: &Plan, units: Units) -> String {
     let ss = plan.sector_size;
-    let mut out = format!(
-        "{}: {} label, {}-byte sectors, {} sectors ({}), grain {}\n",
+    format!(
+        "{}: {} label, {ss}-byte sectors, {} sectors ({}), grain {}\n",
         target.path.display(),
         match plan.label {
             Label::Gpt => "gpt",
             Label::Mbr => "mbr",
         },
-        ss,
         plan.total_sectors,
-        human_size(plan.total_sectors * ss),
-        human_size(plan.grain_bytes),
-    );
-    out += &format!(
-        "{:>3} {:>12} {:>12} {:>12} {:>10}  {:<9} {:<38} {}\n",
-        "#", "start", "end", "sectors", "size", "role", "type", "name"
-    );
-    for p in &plan.partitions {
-        out += &format!(
-            "{:>3} {:>12} {:>12} {:>12} {:>10}  {:<9} {:<38} {}\n",
-            p.number,
-            p.start,
-            p.start + p.size - 1,
-            p.size,
-            human_size(p.size * ss),
-            format!("{:?}", p.role).to_lowercase(),
-            type_text(&p.type_id),
-            p.name.as_deref().unwrap_or(""),
-        );
-    }
-    out
+        units.size(plan.total_sectors.saturating_mul(ss)),
+        units.size(plan.grain_bytes),
+    )
 }
 
-fn type_text(type_id: &str) -> String {
-    match blkalign::table::types::name_of(type_id) {
-        Some(name) => format!("{name} ({type_id})"),
-        None => type_id.to_string(),
+/// A planned partition, with what its cells need.
+struct Row<'a> {
+    target: &'a Target,
+    plan: &'a Plan,
+    p: &'a Planned,
+}
+
+impl Row<'_> {
+    fn bytes(&self, sectors: u64) -> u64 {
+        sectors.saturating_mul(self.plan.sector_size)
+    }
+
+    /// A sector, or with --bytes its first byte.
+    fn offset(&self, sector: u64, units: Units) -> u64 {
+        match units {
+            Units::Human => sector,
+            Units::Bytes => self.bytes(sector),
+        }
+    }
+}
+
+/// The columns `plan` can print (`-o`).
+fn columns<'a>() -> Vec<Column<Row<'a>>> {
+    use Kind::{Number, Text};
+    let column = Column::<Row<'a>>::new;
+    vec![
+        column("NAME", PARTITION_NAME_ABOUT, Text, |r, _| {
+            partition_name(r.target.name.as_deref(), &r.target.path, r.p.number)
+        }),
+        column("NR", "partition number", Number, |r, _| r.p.number.to_string()).on_request(),
+        column("START", "first sector (with --bytes: byte offset)", Number, |r, u| {
+            r.offset(r.p.start, u).to_string()
+        }),
+        column("END", "last sector (with --bytes: offset of the last byte)", Number, |r, u| {
+            r.offset(r.p.start.saturating_add(r.p.size), u).saturating_sub(1).to_string()
+        }),
+        column("SECTORS", "size in logical sectors", Number, |r, _| r.p.size.to_string()),
+        column("SIZE", "size (with --bytes: in bytes)", Number, |r, u| u.size(r.bytes(r.p.size))),
+        column("ROLE", "primary, extended, logical (MBR) or gpt", Text, |r, _| {
+            role(r.p.role).to_string()
+        }),
+        column("TYPE", "partition type, by name where it has one", Text, |r, _| {
+            blkalign::table::types::name_of(&r.p.type_id).unwrap_or(&r.p.type_id).to_string()
+        }),
+        column("PARTTYPE", "partition type code (MBR) or GUID (GPT)", Text, |r, _| {
+            r.p.type_id.clone()
+        })
+        .on_request(),
+        column("PARTLABEL", "partition name (GPT)", Text, |r, _| {
+            r.p.name.clone().unwrap_or_default()
+        }),
+        column(
+            "EBR",
+            "LBA of a logical partition's EBR (with --bytes: byte offset)",
+            Number,
+            |r, u| r.p.ebr.map_or(String::new(), |e| r.offset(e, u).to_string()),
+        )
+        .on_request(),
+    ]
+}
+
+fn role(role: Role) -> &'static str {
+    match role {
+        Role::Primary => "primary",
+        Role::Extended => "extended",
+        Role::Logical => "logical",
+        Role::Gpt => "gpt",
     }
 }

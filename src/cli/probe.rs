@@ -2,34 +2,50 @@
 
 use super::{EXIT_OK, EXIT_PROBLEM};
 use anyhow::Context;
+use blkalign::bench::{Phase, Progress};
 use blkalign::device::{self, Overrides, SysRoot};
-use blkalign::probe::{probe, ProbeOptions};
+use blkalign::probe::{probe_with, ProbeOptions};
 use blkalign::table;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
+#[command(after_help = "Examples:
+  blkalign probe /dev/sdb                  physical sector and alignment offset
+  blkalign probe /dev/sdb --where free     write only where no partition is
+  blkalign probe /dev/sdb --json | jq .physical_sector_size
+  blkalign audit --probe --yes /dev/sdb    judge the partitions by what was measured
+
+Exit status: 0 when the kernel reports the geometry measured (or no penalty
+shows), 1 when the kernel is wrong about the drive, 2 on an error.
+
+Every write puts back the bytes read there just before, so no data changes,
+even when Ctrl-C ends the probe (it ends at once; exit status 130 in a
+shell). On a terminal, stderr shows a progress bar with an ETA; the number of
+writes grows when a stage needs more rounds or more offsets than expected.")]
 pub struct Args {
     /// A disk, partition or image. It is written to, each write putting back
     /// the bytes read there; a mounted or held device is refused.
     target: PathBuf,
 
-    /// Print the result as JSON.
+    /// Print the result as JSON (schema: docs/schema/probe.schema.json).
     #[arg(long)]
     json: bool,
 
     /// Seed the random positions and order, to reproduce a run.
-    #[arg(long)]
+    #[arg(long, value_name = "N")]
     seed: Option<u64>,
 
-    /// Where the writes go: `start` (the first GiB) or `free` (only space
-    /// no partition claims, read from the partition table).
+    /// Where the writes go.
     #[arg(long = "where", value_enum, default_value_t = Where::Start)]
     place: Where,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum Where {
+    /// The first GiB of the target.
     Start,
+    /// Only space no partition claims, as the partition table says (a
+    /// whole disk with a table).
     Free,
 }
 
@@ -46,19 +62,21 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         ),
     };
     let opts = ProbeOptions { seed: args.seed, sys: root.sys, within };
-    let result = probe(&file, &opts).with_context(|| format!("probing {}", target.display()))?;
-    let text = if args.json {
-        serde_json::to_string(&result)? + "\n"
+    let progress = Progress::new(0, Phase::Locate);
+    let result =
+        super::bench::with_progress(&progress, "writes", || probe_with(&file, &opts, &progress))
+            .with_context(|| format!("probing {}", target.display()))?;
+    if args.json {
+        super::emit_json(&result)?;
     } else {
-        format!(
+        super::emit(&format!(
             "{}\nconfidence {:.2}, {} writes in {:.1} s\n",
             result.sentence(target),
             result.confidence,
             result.writes,
             result.elapsed_s
-        )
-    };
-    super::emit(&text)?;
+        ))?;
+    }
     Ok(if result.agrees_with_kernel { EXIT_OK } else { EXIT_PROBLEM })
 }
 

@@ -1,88 +1,214 @@
 //! The human report: a heading per disk, a row per partition in the style
 //! of fdisk and lsblk, and a summary line.
 
-use super::human_size;
+use super::table::{self, fill, Column, Kind, Style, Units};
+use super::{human_size, partition_name, PARTITION_NAME_ABOUT};
 use crate::align::Class;
 use crate::audit::{DiskAudit, LayerAudit, PartitionAudit};
 use crate::device::{Source, Sourced, Topology};
 use crate::table::{types, PartKind, Severity};
-use comfy_table::{presets, Cell, CellAlignment, Color, Table};
 use std::fmt::Write;
 
-/// Render every audit; `color` when writing to a terminal.
-pub fn render(audits: &[DiskAudit], color: bool) -> String {
+/// A line of the partition table: a partition, or a layer inside one.
+pub enum Row<'a> {
+    Partition(&'a DiskAudit, &'a PartitionAudit),
+    Layer(&'a LayerAudit),
+}
+
+/// The columns `audit` can print (`-o`), the default ones first.
+pub fn columns<'a>() -> Vec<Column<Row<'a>>> {
+    use Kind::{Free, Number, Text, Verdict};
+    let column = Column::<Row<'a>>::new;
+    vec![
+        column("NAME", PARTITION_NAME_ABOUT, Text, |r, _| {
+            part(r, |d, p| partition_name(d.name.as_deref(), &d.path, p.partition.number))
+        }),
+        column("NR", "partition number", Number, |r, _| {
+            part(r, |_, p| p.partition.number.to_string())
+        })
+        .on_request(),
+        column("START", "first sector (with --bytes: byte offset)", Number, |r, u| {
+            part(r, |_, p| match u {
+                Units::Human => p.partition.start.to_string(),
+                Units::Bytes => p.verdict.start_bytes.to_string(),
+            })
+        }),
+        column("END", "last sector (with --bytes: offset of the last byte)", Number, |r, u| {
+            part(r, |d, p| {
+                let last = match u {
+                    Units::Human => p.partition.start.checked_add(p.partition.size),
+                    Units::Bytes => p.verdict.start_bytes.checked_add(bytes(d, p)),
+                };
+                last.and_then(|e| e.checked_sub(1)).map_or("-".into(), |e| e.to_string())
+            })
+        })
+        .on_request(),
+        column("SECTORS", "size in logical sectors", Number, |r, _| {
+            part(r, |_, p| p.partition.size.to_string())
+        })
+        .on_request(),
+        column("SIZE", "size (with --bytes: in bytes)", Number, |r, u| {
+            part(r, |d, p| u.size(bytes(d, p)))
+        }),
+        column("TYPE", "partition type, by name where it has one", Text, |r, _| {
+            part(r, |_, p| type_name(p))
+        }),
+        column("PARTTYPE", "partition type code (MBR) or GUID (GPT)", Text, |r, _| {
+            part(r, |_, p| p.partition.type_id.clone())
+        })
+        .on_request(),
+        column("PARTLABEL", "partition name (GPT)", Text, |r, _| {
+            part(r, |_, p| p.partition.name.clone().unwrap_or_default())
+        })
+        .on_request(),
+        column(
+            "FSTYPE",
+            "what it holds (libblkid's TYPE); layers inside get lines of their own",
+            Text,
+            |r, _| match r {
+                Row::Partition(_, p) => p.layers.first().map_or("", |l| l.layer.name).to_string(),
+                Row::Layer(l) => layer_name(l),
+            },
+        ),
+        column("VERDICT", "aligned, suboptimal or misaligned", Verdict, |r, _| match r {
+            Row::Partition(_, p) => p.verdict.verdict.as_str().to_string(),
+            Row::Layer(l) => l.verdict.verdict.as_str().to_string(),
+        }),
+        column(
+            "MISALIGN",
+            "bytes past the last physical sector boundary (0 when aligned)",
+            Number,
+            |r, _| match r {
+                Row::Partition(_, p) => p.verdict.misalignment_bytes.to_string(),
+                Row::Layer(l) => l.verdict.misalignment_bytes.to_string(),
+            },
+        )
+        .on_request(),
+        column("DETAIL", "what the verdict costs, and the nearest aligned starts", Free, |r, _| {
+            match r {
+                Row::Partition(_, p) => detail(p),
+                Row::Layer(l) => layer_detail(l),
+            }
+        }),
+    ]
+}
+
+/// A partition row's cell; empty on a layer's row.
+fn part(row: &Row, cell: impl Fn(&DiskAudit, &PartitionAudit) -> String) -> String {
+    match row {
+        Row::Partition(d, p) => cell(d, p),
+        Row::Layer(_) => String::new(),
+    }
+}
+
+fn bytes(d: &DiskAudit, p: &PartitionAudit) -> u64 {
+    let sector = d.topology.as_ref().map_or(512, |t| t.logical_sector_size.value);
+    p.partition.size.saturating_mul(sector)
+}
+
+/// Render every audit with `columns`, laid out as `style` says: raw output
+/// is the partition table alone, one for all disks.
+pub fn render<'a>(audits: &'a [DiskAudit], columns: &[&Column<Row<'a>>], style: &Style) -> String {
+    if style.raw {
+        let rows: Vec<Row> = audits.iter().flat_map(|a| rows(a, columns)).collect();
+        return table::render(columns, &rows, style, 0, selected);
+    }
     let mut out = String::new();
     for (i, audit) in audits.iter().enumerate() {
         if i > 0 {
             out.push('\n');
         }
-        disk(&mut out, audit, color);
+        disk(&mut out, audit, columns, style);
     }
     out
 }
 
-fn disk(out: &mut String, a: &DiskAudit, color: bool) {
-    let _ = writeln!(out, "{}", heading(a));
+fn selected(row: &Row) -> bool {
+    matches!(row, Row::Partition(_, p) if p.selected)
+}
+
+/// The rows of a disk: its partitions, each followed by the layers inside
+/// when FSTYPE is shown and they are worth lines of their own.
+fn rows<'a>(a: &'a DiskAudit, columns: &[&Column<Row<'a>>]) -> Vec<Row<'a>> {
+    let layered = columns.iter().any(|c| c.name == "FSTYPE");
+    let mut rows = Vec::new();
+    for p in &a.partitions {
+        rows.push(Row::Partition(a, p));
+        if layered && shows_layers(&p.layers) {
+            rows.extend(p.layers.iter().map(Row::Layer));
+        }
+    }
+    rows
+}
+
+fn disk<'a>(out: &mut String, a: &'a DiskAudit, columns: &[&Column<Row<'a>>], style: &Style) {
+    let say = |out: &mut String, first: &str, text: &str| {
+        out.push_str(&fill(first, 4, text, style.width));
+    };
+    say(out, "", &heading(a));
     if let Some(t) = &a.topology {
-        let _ = writeln!(out, "  {}", geometry_line(a, t));
+        say(out, "  ", &geometry_line(a, t));
         for note in &t.notes {
-            let _ = writeln!(out, "  note: {note}");
+            say(out, "  note: ", note);
         }
     }
     if let Some(err) = &a.error {
-        let _ = writeln!(out, "  error: {err}");
+        say(out, "  error: ", err);
     }
     if let Some(c) = &a.contents {
         let label = c.label.as_deref().map(|l| format!(" labelled {l:?}")).unwrap_or_default();
-        let _ = writeln!(out, "  holds: {}{label} from byte 0, with no partition table", c.name);
+        say(out, "  holds: ", &format!("{}{label} from byte 0, with no partition table", c.name));
     }
     if shows_layers(&a.layers) {
         for l in &a.layers {
-            let cells: Vec<String> =
-                layer_row(l, false).iter().skip(7).map(|c| c.content()).collect();
-            let _ = writeln!(out, "  {}", cells.join("  "));
+            let text =
+                format!("{}  {}  {}", layer_name(l), l.verdict.verdict.as_str(), layer_detail(l));
+            say(out, "  ", &text);
         }
     }
     for p in &a.problems {
         let word = match p.severity {
-            Severity::Error => "problem",
-            Severity::Warning => "warning",
-            Severity::Info => "info",
+            Severity::Error => "  problem: ",
+            Severity::Warning => "  warning: ",
+            Severity::Info => "  info: ",
         };
-        let _ = writeln!(out, "  {word}: {}", p.message);
+        say(out, word, &p.message);
     }
     if !a.partitions.is_empty() {
-        for line in partition_table(a, color).lines() {
-            let _ = writeln!(out, "  {}", line.trim_end());
-        }
+        out.push_str(&table::render(columns, &rows(a, columns), style, 2, selected));
     }
     for s in a.structures.iter().filter(|s| !s.aligned_physical && s.what == "ebr") {
-        let _ = writeln!(
-            out,
-            "  info: EBR at LBA {} is not on a physical boundary (harmless: it is read once)",
+        let text = format!(
+            "EBR at LBA {} is not on a physical boundary (harmless: it is read once)",
             s.lba
         );
+        say(out, "  info: ", &text);
     }
-    let _ = writeln!(out, "  {}", summary(a));
-    let misaligned = a
-        .partitions
-        .iter()
-        .any(|p| p.partition.kind != PartKind::Extended && p.verdict.verdict == Class::Misaligned);
-    if misaligned && a.error.is_none() {
-        let _ = writeln!(
-            out,
-            "  hint: `blkalign realign {}` shows how to move the misaligned partitions to aligned \
-             starts, keeping their data (add --yes to move)",
-            a.path.display()
-        );
-    } else if a.partitions.iter().any(|p| p.partition.kind != PartKind::Extended)
-        && a.error.is_none()
-    {
-        let _ = writeln!(
-            out,
-            "  hint: `blkalign advise {}` prints the mkfs/LVM/LUKS/ZFS options that keep each partition's contents aligned",
-            a.path.display()
-        );
+    say(out, "  summary: ", &summary(a));
+    if let Some(hint) = hint(a) {
+        say(out, "  hint: ", &hint);
+    }
+}
+
+/// What to run next: realign for a misaligned partition, else advise.
+fn hint(a: &DiskAudit) -> Option<String> {
+    if a.error.is_some() {
+        return None;
+    }
+    let data = || a.partitions.iter().filter(|p| p.partition.kind != PartKind::Extended);
+    let path = a.path.display();
+    if data().any(|p| p.verdict.verdict == Class::Misaligned) {
+        Some(format!(
+            "`blkalign realign {path}` shows how to move the misaligned partitions to aligned \
+             starts, keeping their data (add --yes to move)"
+        ))
+    } else if data().next().is_some() {
+        Some(format!(
+            "`blkalign advise {path}` prints the mkfs/LVM/LUKS/ZFS options that keep each \
+             partition's contents aligned"
+        ))
+    } else {
+        None
     }
 }
 
@@ -126,57 +252,22 @@ fn sourced(v: &Sourced<u64>) -> String {
     format!("{} ({})", v.value, v.source.as_str())
 }
 
-fn partition_table(a: &DiskAudit, color: bool) -> String {
-    let mut table = Table::new();
-    table.load_preset(presets::NOTHING);
-    if color {
-        table.enforce_styling();
-    } else {
-        table.force_no_tty();
-    }
-    table.set_header([
-        "", "#", "START", "END", "SECTORS", "SIZE", "TYPE", "FSTYPE", "VERDICT", "DETAIL",
-    ]);
-    let sector = a.topology.as_ref().map_or(512, |t| t.logical_sector_size.value);
-    for p in &a.partitions {
-        table.add_row(row(p, sector, color));
-        if shows_layers(&p.layers) {
-            for layer in &p.layers {
-                table.add_row(layer_row(layer, color));
-            }
-        }
-    }
-    for column in 1..=5 {
-        if let Some(c) = table.column_mut(column) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    table.to_string()
-}
-
 /// Layers get lines of their own when there is more than one, or one
 /// that is not aligned; a lone aligned one is said by FSTYPE.
 fn shows_layers(layers: &[LayerAudit]) -> bool {
     layers.len() > 1 || layers.iter().any(|l| l.verdict.verdict != Class::Aligned)
 }
 
-fn verdict_cell(class: Class, color: bool) -> Cell {
-    let cell = Cell::new(class.as_str());
-    if !color {
-        return cell;
-    }
-    cell.fg(match class {
-        Class::Aligned => Color::Green,
-        Class::Suboptimal => Color::Yellow,
-        Class::Misaligned => Color::Red,
-    })
-}
-
-/// An indented line for one layer under its partition.
-fn layer_row(l: &LayerAudit, color: bool) -> Vec<Cell> {
+/// An indented name for a layer under its partition.
+fn layer_name(l: &LayerAudit) -> String {
     let layer = &l.layer;
     let indent = "  ".repeat(usize::try_from(layer.depth).unwrap_or(0));
     let label = layer.label.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
+    format!("{indent}└ {}{label}", layer.name)
+}
+
+fn layer_detail(l: &LayerAudit) -> String {
+    let layer = &l.layer;
     let mut detail = format!(
         "data at byte {} of the disk ({} into its container)",
         layer.absolute_offset_bytes, layer.offset_bytes
@@ -187,37 +278,19 @@ fn layer_row(l: &LayerAudit, color: bool) -> Vec<Cell> {
     for more in [&l.verdict.cost, &l.verdict.finding].into_iter().flatten() {
         let _ = write!(detail, "; {more}");
     }
-    let mut cells = vec![Cell::new(""); 7];
-    cells.push(Cell::new(format!("{indent}└ {}{label}", layer.name)));
-    cells.push(verdict_cell(l.verdict.verdict, color));
-    cells.push(Cell::new(detail));
-    cells
+    detail
 }
 
-fn row(p: &PartitionAudit, sector: u64, color: bool) -> Vec<Cell> {
+/// The type's name for MBR and GPT types (other schemes' codes overlap
+/// them), else its code.
+fn type_name(p: &PartitionAudit) -> String {
     let part = &p.partition;
-    let end = part.start.checked_add(part.size).and_then(|e| e.checked_sub(1));
-    let bytes = part.size.saturating_mul(sector);
-    // The names are those of MBR and GPT types; other schemes' codes overlap them.
     let named = matches!(
         part.kind,
         PartKind::Primary | PartKind::Extended | PartKind::Logical | PartKind::Gpt
     );
     let name = types::name_of(&part.type_id).filter(|_| named);
-    let kind = name.map_or(part.type_id.clone(), str::to_string);
-    let fstype = p.layers.first().map_or("", |l| l.layer.name);
-    vec![
-        Cell::new(if p.selected { "*" } else { "" }),
-        Cell::new(part.number),
-        Cell::new(part.start),
-        Cell::new(end.map_or("-".to_string(), |e| e.to_string())),
-        Cell::new(part.size),
-        Cell::new(human_size(bytes)),
-        Cell::new(kind),
-        Cell::new(fstype),
-        verdict_cell(p.verdict.verdict, color),
-        Cell::new(detail(p)),
-    ]
+    name.map_or(part.type_id.clone(), str::to_string)
 }
 
 fn detail(p: &PartitionAudit) -> String {
@@ -267,7 +340,7 @@ fn summary(a: &DiskAudit) -> String {
         n => format!(", {n} layers inside misaligned"),
     };
     format!(
-        "summary: {verdict}: {} partition{}, {} aligned, {} suboptimal, {} misaligned{bad}{assumed}",
+        "{verdict}: {} partition{}, {} aligned, {} suboptimal, {} misaligned{bad}{assumed}",
         data.len(),
         if data.len() == 1 { "" } else { "s" },
         count(Class::Aligned),

@@ -1,13 +1,28 @@
 //! Printing audits: a human table, the JSON contract, and Prometheus'
-//! textfile format.
+//! textfile format; and the tables every command prints.
 
 mod human;
 mod json;
 mod prometheus;
+pub mod table;
 
-pub use human::render as human;
+pub use human::{columns as audit_columns, render as human, Row as AuditRow};
 pub use json::render as json;
 pub use prometheus::render as prometheus;
+
+/// What a NAME column holds: [`partition_name`].
+pub const PARTITION_NAME_ABOUT: &str =
+    "partition device name (sda1; for an image, its file name and number)";
+
+/// A partition's node name as the kernel and fdisk give it: sda1,
+/// nvme0n1p1, disk.img1. `disk` is the kernel's name of the disk, else
+/// the file name of `path` is used.
+pub fn partition_name(disk: Option<&str>, path: &std::path::Path, number: u32) -> String {
+    let file = || path.file_name().map(|f| f.to_string_lossy().into_owned());
+    let base = disk.map(str::to_string).or_else(file).unwrap_or_default();
+    let p = if base.ends_with(|c: char| c.is_ascii_digit()) { "p" } else { "" };
+    format!("{base}{p}{number}")
+}
 
 /// Bytes in binary units, as lsblk prints them ("1.8T" becomes "1.8 TiB").
 pub fn human_size(bytes: u64) -> String {
@@ -27,7 +42,15 @@ pub fn human_size(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::human_size;
+    use super::{human_size, partition_name};
+    use std::path::Path;
+
+    #[test]
+    fn partition_names() {
+        assert_eq!(partition_name(Some("sda"), Path::new("/dev/sda"), 1), "sda1");
+        assert_eq!(partition_name(Some("nvme0n1"), Path::new("/dev/nvme0n1"), 2), "nvme0n1p2");
+        assert_eq!(partition_name(None, Path::new("/tmp/disk.img"), 5), "disk.img5");
+    }
 
     #[test]
     fn sizes() {

@@ -1,7 +1,8 @@
 //! node_exporter's textfile-collector format.
 
+use crate::align::Class;
 use crate::audit::{DiskAudit, PartitionAudit};
-use crate::table::{PartKind, Severity};
+use crate::table::{foreign, PartKind, Severity};
 use std::fmt::Write;
 
 /// `now` is the audit time in seconds since the epoch.
@@ -48,6 +49,15 @@ pub fn render(audits: &[DiskAudit], now: f64) -> String {
             );
         }
     }
+    family(
+        &mut out,
+        "blkalign_disk_misaligned",
+        "1 if a partition, or a layer it holds (LVM, LUKS, md, file system), starts off a physical sector.",
+    );
+    for a in audits.iter().filter(|a| a.error.is_none()) {
+        let value = u8::from(a.worst() == Some(Class::Misaligned));
+        sample(&mut out, "blkalign_disk_misaligned", &a.path.to_string_lossy(), None, value);
+    }
     family(&mut out, "blkalign_disk_audit_error", "1 if the disk or its table could not be read.");
     for a in audits {
         sample(
@@ -77,9 +87,12 @@ pub fn render(audits: &[DiskAudit], now: f64) -> String {
 }
 
 fn partitions(audits: &[DiskAudit]) -> impl Iterator<Item = (&DiskAudit, &PartitionAudit)> {
-    // The extended container holds only EBRs: its start would raise false
-    // alarms, as it never counts towards the verdict either.
-    let data = |p: &&PartitionAudit| p.partition.kind != PartKind::Extended;
+    // The extended container holds only EBRs, and some labels' entries
+    // (Sun's whole disk, Apple's map) hold no data: their starts would raise
+    // false alarms, as they never count towards the verdict either.
+    let data = |p: &&PartitionAudit| {
+        p.partition.kind != PartKind::Extended && !foreign::holds_no_data(&p.partition)
+    };
     audits.iter().flat_map(move |a| a.partitions.iter().filter(data).map(move |p| (a, p)))
 }
 

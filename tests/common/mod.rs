@@ -274,7 +274,8 @@ pub fn check_schema(name: &str, json: &str) {
         eprintln!("skipped: schema check needs python3-jsonschema");
         return;
     }
-    let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/schema/{name}.schema.json"));
+    let schema =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/schema/{name}.schema.json"));
     let script = "import json, sys, jsonschema\n\
         schema = json.load(open(sys.argv[1]))\n\
         jsonschema.Draft202012Validator.check_schema(schema)\n\

@@ -1,0 +1,169 @@
+//! The output options of the commands that print tables (`audit`, `plan`,
+//! `advise`, `bench`), as lsblk has them: `-o/--output`, `-n`, `-b`, `-r`,
+//! `-w/--width`, `--wide`, `--color`.
+//!
+//! How a command uses them:
+//! 1. Flatten them into its arguments, beside a `--json` flag whose id is
+//!    `json` (these options conflict with it):
+//!    `#[command(flatten)] output: super::output::OutputArgs`.
+//! 2. Describe its columns once, as data: a list of
+//!    `blkalign::report::table::Column<Row>` (name, description, kind,
+//!    printed by default or not, the cell of a row in human units or bytes).
+//! 3. `let Some(columns) = args.output.columns(&list)? else { return Ok(EXIT_OK) };`
+//!    (None: `--output help` was printed), then
+//!    `super::emit(&args.output.table(&columns, &rows))?`, or
+//!    `args.output.style()` for a report that prints more than one table.
+
+use blkalign::report::table::{self, Column, Style, Units};
+use std::io::IsTerminal;
+
+/// Options for human-readable tables.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct OutputArgs {
+    /// Columns to print, comma-separated, in any case (e.g. NAME,START,VERDICT);
+    /// +COLUMNS adds them to the default set; `--output help` lists them.
+    #[arg(short = 'o', long = "output", value_name = "COLUMNS", conflicts_with = "json")]
+    pub columns: Option<String>,
+
+    /// Do not print the column headings.
+    #[arg(short = 'n', long, conflicts_with = "json")]
+    pub noheadings: bool,
+
+    /// Print sizes and offsets in bytes rather than in human units (KiB, MiB, ...).
+    #[arg(short = 'b', long, conflicts_with = "json")]
+    pub bytes: bool,
+
+    /// Raw output: the table alone, cells separated by one space, nothing
+    /// padded or wrapped, blanks and special characters escaped as \xHH.
+    #[arg(short = 'r', long, conflicts_with_all = ["json", "wide", "width"])]
+    pub raw: bool,
+
+    /// Never wrap: full text on one line, even on a terminal.
+    #[arg(long, conflicts_with_all = ["json", "width"])]
+    pub wide: bool,
+
+    /// Fit the output to this many columns, even when not writing to a
+    /// terminal (as lsblk --width) [default: the terminal's width].
+    #[arg(short = 'w', long, value_name = "NUMBER", conflicts_with = "json",
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub width: Option<u16>,
+
+    /// Colour the verdicts: auto (when stdout is a terminal, NO_COLOR is
+    /// unset or empty and TERM is not "dumb"), always or never.
+    #[arg(long, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto,
+          conflicts_with = "json")]
+    pub color: ColorChoice,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl OutputArgs {
+    /// The columns asked for, or None after printing them for `--output help`.
+    pub fn columns<'c, R>(
+        &self,
+        all: &'c [Column<R>],
+    ) -> anyhow::Result<Option<Vec<&'c Column<R>>>> {
+        if self.columns.as_deref().is_some_and(|c| c.eq_ignore_ascii_case("help")) {
+            super::emit(&table::help(all))?;
+            return Ok(None);
+        }
+        Ok(Some(table::select(all, self.columns.as_deref())?))
+    }
+
+    /// Whether any option was given that only a table honours.
+    pub fn given(&self) -> bool {
+        self.columns.is_some()
+            || self.noheadings
+            || self.bytes
+            || self.raw
+            || self.wide
+            || self.width.is_some()
+            || self.color != ColorChoice::Auto
+    }
+
+    /// The layout the options ask for on this stdout.
+    pub fn style(&self) -> Style {
+        let terminal = std::io::stdout().is_terminal();
+        let width = match self.width {
+            Some(w) => Some(usize::from(w)),
+            None if terminal && !self.wide && !self.raw => Some(terminal_width()),
+            None => None,
+        };
+        let color = match self.color {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => terminal && !no_color() && !dumb_terminal(),
+        };
+        Style {
+            units: if self.bytes { Units::Bytes } else { Units::Human },
+            noheadings: self.noheadings,
+            raw: self.raw,
+            width,
+            color,
+        }
+    }
+
+    /// `rows` as a table of `columns`, laid out as asked.
+    pub fn table<R>(&self, columns: &[&Column<R>], rows: &[R]) -> String {
+        table::render(columns, rows, &self.style(), 0, |_| false)
+    }
+}
+
+/// NO_COLOR set to anything but the empty string (no-color.org).
+fn no_color() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty())
+}
+
+fn dumb_terminal() -> bool {
+    std::env::var_os("TERM").is_some_and(|t| t == "dumb")
+}
+
+/// The terminal's width as the kernel has it, else $COLUMNS, else 80: what
+/// util-linux's get_terminal_width does.
+fn terminal_width() -> usize {
+    let env = || std::env::var("COLUMNS").ok().and_then(|c| c.parse().ok()).filter(|&c| c > 0);
+    window_columns().or_else(env).unwrap_or(80)
+}
+
+/// struct winsize from asm-generic/termios.h; the kernel fills all of it.
+#[repr(C)]
+#[allow(dead_code)]
+struct Winsize {
+    rows: u16,
+    columns: u16,
+    x_pixels: u16,
+    y_pixels: u16,
+}
+
+// TIOCGWINSZ keeps its pre-_IOR number where Linux started on x86; the
+// architectures that came from other Unixes encode it as _IOR('t', 104).
+#[cfg(any(
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "sparc64"
+))]
+const TIOCGWINSZ: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<Winsize>(b't', 104);
+#[cfg(not(any(
+    target_arch = "powerpc",
+    target_arch = "powerpc64",
+    target_arch = "mips",
+    target_arch = "mips64",
+    target_arch = "sparc64"
+)))]
+const TIOCGWINSZ: rustix::ioctl::Opcode = 0x5413;
+
+fn window_columns() -> Option<usize> {
+    use rustix::ioctl::{ioctl, Getter};
+    // SAFETY: TIOCGWINSZ writes exactly one struct winsize through the
+    // pointer (drivers/tty/tty_io.c, tiocgwinsz), which Winsize mirrors.
+    let size = unsafe { ioctl(std::io::stdout(), Getter::<TIOCGWINSZ, Winsize>::new()) }.ok()?;
+    Some(usize::from(size.columns)).filter(|&c| c > 0)
+}
