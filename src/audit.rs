@@ -90,6 +90,14 @@ pub struct PartitionAudit {
     pub layers: Vec<LayerAudit>,
 }
 
+impl PartitionAudit {
+    /// Not the extended container (only EBRs) nor an entry that stands
+    /// for the label itself (Sun's whole disk, Apple's map).
+    pub fn holds_data(&self) -> bool {
+        self.partition.kind != PartKind::Extended && !table::foreign::holds_no_data(&self.partition)
+    }
+}
+
 /// A layer of a stack and its verdict.
 #[derive(Clone, Debug, Serialize)]
 pub struct LayerAudit {
@@ -155,15 +163,17 @@ impl DiskAudit {
         }
     }
 
+    /// The partitions that hold data. The extended container holds only
+    /// EBRs, and some labels' entries (Sun's whole disk, Apple's map) hold
+    /// nothing: their starts cost nothing and never count.
+    pub fn data_partitions(&self) -> impl Iterator<Item = &PartitionAudit> + Clone {
+        self.partitions.iter().filter(|p| p.holds_data())
+    }
+
     /// The worst verdict among data partitions and the layers they (or a
-    /// disk without a table) hold. The extended container only holds EBRs,
-    /// so its own start costs nothing.
+    /// disk without a table) hold.
     pub fn worst(&self) -> Option<Class> {
-        let data = self
-            .partitions
-            .iter()
-            .filter(|p| p.partition.kind != PartKind::Extended)
-            .filter(|p| !table::foreign::holds_no_data(&p.partition));
+        let data = self.data_partitions();
         let layers = data.clone().flat_map(|p| &p.layers).chain(&self.layers);
         data.map(|p| p.verdict.verdict).chain(layers.map(|l| l.verdict.verdict)).max()
     }
@@ -418,10 +428,10 @@ fn walk_layers(audit: &mut DiskAudit, file: &File, geometry: &Geometry, size_byt
     let judged = |at: u64, len: u64| layers_at(file, at, len, geometry);
     let ss = geometry.logical;
     for p in &mut audit.partitions {
-        let part = &p.partition;
-        if part.kind == PartKind::Extended || table::foreign::holds_no_data(part) {
+        if !p.holds_data() {
             continue;
         }
+        let part = &p.partition;
         if let (Some(at), Some(len)) = (part.start.checked_mul(ss), part.size.checked_mul(ss)) {
             // Only what lies on the disk: a partition may claim more.
             p.layers = judged(at, len.min(size_bytes.saturating_sub(at)));

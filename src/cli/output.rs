@@ -131,39 +131,7 @@ fn terminal_width() -> usize {
     window_columns().or_else(env).unwrap_or(80)
 }
 
-/// struct winsize from asm-generic/termios.h; the kernel fills all of it.
-#[repr(C)]
-#[allow(dead_code)]
-struct Winsize {
-    rows: u16,
-    columns: u16,
-    x_pixels: u16,
-    y_pixels: u16,
-}
-
-// TIOCGWINSZ keeps its pre-_IOR number where Linux started on x86; the
-// architectures that came from other Unixes encode it as _IOR('t', 104).
-#[cfg(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc64"
-))]
-const TIOCGWINSZ: rustix::ioctl::Opcode = rustix::ioctl::opcode::read::<Winsize>(b't', 104);
-#[cfg(not(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc64"
-)))]
-const TIOCGWINSZ: rustix::ioctl::Opcode = 0x5413;
-
 fn window_columns() -> Option<usize> {
-    use rustix::ioctl::{ioctl, Getter};
-    // SAFETY: TIOCGWINSZ writes exactly one struct winsize through the
-    // pointer (drivers/tty/tty_io.c, tiocgwinsz), which Winsize mirrors.
-    let size = unsafe { ioctl(std::io::stdout(), Getter::<TIOCGWINSZ, Winsize>::new()) }.ok()?;
-    Some(usize::from(size.columns)).filter(|&c| c > 0)
+    let size = rustix::termios::tcgetwinsize(std::io::stdout()).ok()?;
+    Some(usize::from(size.ws_col)).filter(|&c| c > 0)
 }

@@ -71,6 +71,7 @@ pub fn columns<'a>() -> Vec<Column<Row<'a>>> {
             },
         ),
         column("VERDICT", "aligned, suboptimal or misaligned", Verdict, |r, _| match r {
+            Row::Partition(_, p) if !p.holds_data() => "-".to_string(),
             Row::Partition(_, p) => p.verdict.verdict.as_str().to_string(),
             Row::Layer(l) => l.verdict.verdict.as_str().to_string(),
         }),
@@ -195,7 +196,7 @@ fn hint(a: &DiskAudit) -> Option<String> {
     if a.error.is_some() {
         return None;
     }
-    let data = || a.partitions.iter().filter(|p| p.partition.kind != PartKind::Extended);
+    let data = || a.data_partitions();
     let path = a.path.display();
     if data().any(|p| p.verdict.verdict == Class::Misaligned) {
         Some(format!(
@@ -298,6 +299,9 @@ fn detail(p: &PartitionAudit) -> String {
     if p.partition.kind == PartKind::Extended {
         return "extended container: only its logical partitions matter".to_string();
     }
+    if !p.holds_data() {
+        return "holds no data (the label's own entry or free space): not judged".to_string();
+    }
     match v.verdict {
         Class::Misaligned => {
             let near = match (v.nearest_aligned_before, v.nearest_aligned_after) {
@@ -318,8 +322,7 @@ fn detail(p: &PartitionAudit) -> String {
 }
 
 fn summary(a: &DiskAudit) -> String {
-    let data: Vec<&PartitionAudit> =
-        a.partitions.iter().filter(|p| p.partition.kind != PartKind::Extended).collect();
+    let data: Vec<&PartitionAudit> = a.data_partitions().collect();
     let count = |c: Class| data.iter().filter(|p| p.verdict.verdict == c).count();
     let verdict = match a.worst() {
         _ if a.error.is_some() && a.partitions.is_empty() => "NOT CHECKED",

@@ -2,7 +2,7 @@
 
 use crate::align::Class;
 use crate::audit::{DiskAudit, PartitionAudit};
-use crate::table::{foreign, PartKind, Severity};
+use crate::table::Severity;
 use std::fmt::Write;
 
 /// `now` is the audit time in seconds since the epoch.
@@ -87,13 +87,7 @@ pub fn render(audits: &[DiskAudit], now: f64) -> String {
 }
 
 fn partitions(audits: &[DiskAudit]) -> impl Iterator<Item = (&DiskAudit, &PartitionAudit)> {
-    // The extended container holds only EBRs, and some labels' entries
-    // (Sun's whole disk, Apple's map) hold no data: their starts would raise
-    // false alarms, as they never count towards the verdict either.
-    let data = |p: &&PartitionAudit| {
-        p.partition.kind != PartKind::Extended && !foreign::holds_no_data(&p.partition)
-    };
-    audits.iter().flat_map(move |a| a.partitions.iter().filter(data).map(move |p| (a, p)))
+    audits.iter().flat_map(|a| a.data_partitions().map(move |p| (a, p)))
 }
 
 fn family(out: &mut String, name: &str, help: &str) {
