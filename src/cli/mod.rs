@@ -26,7 +26,21 @@ pub const EXIT_PROBLEM: u8 = 1;
 pub const EXIT_ERROR: u8 = 2;
 
 #[derive(Parser)]
-#[command(name = "blkalign", version, about, propagate_version = true)]
+#[command(
+    name = "blkalign",
+    version,
+    about,
+    propagate_version = true,
+    after_help = "Examples:
+  blkalign audit                         # every disk, read-only
+  blkalign audit /dev/sdb --json
+  blkalign realign /dev/sdb              # the plan; add --yes to move
+  blkalign plan /dev/sdc --part 512MiB:efi --part rest
+  blkalign probe /dev/sdb                # the true physical sector, from timing
+  blkalign demo                          # the whole story on an image it makes
+
+Exit status: 0 all good, 1 a problem found (e.g. misaligned), 2 an error."
+)]
 struct Cli {
     /// Read topology from this directory instead of /sys; block-device nodes
     /// are then looked up in its sibling `dev/`. For tests and fixtures.
@@ -54,7 +68,7 @@ enum Command {
     Restore(restore::Args),
     /// Print mkfs, LVM, LUKS and ZFS options that keep each partition's contents aligned.
     Advise(advise::Args),
-    /// Start, list and stop emulated Advanced Format drives.
+    /// Start, list, stop and power-cut emulated Advanced Format drives.
     #[command(subcommand)]
     Emulate(emulate::Command),
     /// Time writes by size and offset: random, phybs or stride workloads.
@@ -179,4 +193,39 @@ fn describe(err: &anyhow::Error) -> String {
         text.push_str(&part);
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand shows examples, and every subcommand and option
+    /// says what it is for: `--help` and the man pages come from these.
+    #[test]
+    fn every_command_and_option_is_described() {
+        fn check(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name());
+            if cmd.get_about().is_none() {
+                missing.push(format!("{path}: no description"));
+            }
+            let runnable = !cmd.has_subcommands();
+            let examples =
+                cmd.get_after_help().is_some_and(|h| h.to_string().contains("Examples:"));
+            if runnable && !examples {
+                missing.push(format!("{path}: no examples"));
+            }
+            for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
+                let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+                if arg.get_help().is_none() && !builtin {
+                    missing.push(format!("{path} {}: no description", arg.get_id()));
+                }
+            }
+            for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+                check(sub, &path, missing);
+            }
+        }
+        let mut missing = Vec::new();
+        check(&super::Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "{}", missing.join("\n"));
+    }
 }
