@@ -319,7 +319,7 @@ fn missing_tools_name_their_packages() {
 fn bad_arguments_are_errors() {
     for args in [
         &["--preset", "wd-eadrs"][..],
-        &["--preset", "wd-ears", "--size", "1.5G"],
+        &["--preset", "wd-ears", "--size", "1.5.0G"],
         &["--physical", "3000"],
         &["--preset", "wd-ears", "--fail-lba", "9-3"],
     ] {

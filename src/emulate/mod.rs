@@ -123,7 +123,7 @@ fn missing_list(missing: &[(&str, &str)]) -> String {
     each.join(", ")
 }
 
-/// Parses "64MiB", "1GiB", "512M", "16K", "4096": suffixes are binary.
+/// Parses a size as [`crate::units::parse_bytes`] does ("64MiB", "1GB", "4096").
 pub fn parse_size(text: &str) -> Result<u64, EmulateError> {
     crate::units::parse_bytes(text).ok_or_else(|| EmulateError::Size(text.to_string()))
 }
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(parse_size("512M").unwrap(), 512 << 20);
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert_eq!(parse_size("16K").unwrap(), 16384);
-        for bad in ["", "MiB", "1.5G", "12 parsecs", "99999999999T"] {
+        for bad in ["", "MiB", "1..5G", "12 parsecs", "99999999999T"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
     }
