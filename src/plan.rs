@@ -4,7 +4,7 @@
 use crate::align::{align_down, align_up, lcm, MIB};
 use crate::table::gpt::{Guid, ENTRY_SIZE};
 use crate::table::write::{self, GptBytes, Ids, MbrBytes, TableBytes, WriteError};
-use crate::table::{self, types};
+use crate::table::{self, mbr, types};
 use serde::Serialize;
 
 /// Sectors per cylinder in the 224-head, 56-sector geometry: cylinder (and
@@ -125,6 +125,8 @@ pub enum PlanError {
     TooSmall(Label),
     #[error("unknown partition type {0:?} for {1:?}: use a name (linux, swap, efi, lvm, raid, ...), an MBR hex code or a GPT type GUID")]
     Type(String, Label),
+    #[error("type {0:?} is not a partition's: 0x05, 0x0f and 0x85 mark the extended container (made by the planner when more than four partitions are asked for) and 0xee a GPT's protective entry (use --label gpt)")]
+    Container(String),
     #[error("partition name {0:?}: {1}")]
     Name(String, &'static str),
     #[error("a GPT holds at most 128 partitions, not {0}")]
@@ -325,6 +327,9 @@ fn resolve(label: Label, r: &Request) -> Result<Request, PlanError> {
         if label == Label::Mbr {
             return Err(PlanError::Name(name.clone(), "only GPT partitions have names"));
         }
+        if name.contains('\0') {
+            return Err(PlanError::Name(name.clone(), "holds a NUL, where every reader stops"));
+        }
         if name.encode_utf16().count() > 36 {
             return Err(PlanError::Name(
                 name.clone(),
@@ -336,17 +341,28 @@ fn resolve(label: Label, r: &Request) -> Result<Request, PlanError> {
     Ok(Request { type_id, ..r.clone() })
 }
 
+/// The MBR code a TYPE names: a name, or a hex code ("83", "0x83").
+fn mbr_code(text: &str) -> Option<u8> {
+    let t = text.trim().to_ascii_lowercase();
+    types::by_name(&t).map_or_else(|| types::parse_mbr_code(&t), |(code, _)| code)
+}
+
 /// A TYPE as typed, as its table stores it: "0x83" on MBR, an upper-case
 /// GUID on GPT. Names, MBR hex codes ("83", "0x83") and GUIDs are accepted.
 pub fn resolve_type(label: Label, text: &str) -> Result<String, PlanError> {
     let bad = || PlanError::Type(text.to_string(), label);
     let t = text.trim().to_ascii_lowercase();
     match (label, types::by_name(&t)) {
-        (Label::Mbr, Some((code, _))) => code.map(|c| format!("0x{c:02x}")).ok_or_else(bad),
-        (Label::Gpt, Some((_, guid))) => guid.map(str::to_string).ok_or_else(bad),
-        (Label::Mbr, None) => {
-            types::parse_mbr_code(&t).map(|c| format!("0x{c:02x}")).ok_or_else(bad)
+        (Label::Mbr, _) => {
+            let code = mbr_code(&t).ok_or_else(bad)?;
+            // Written as a partition, Linux would take it for a chain of
+            // EBRs or for the guard of a GPT that is not there.
+            if code == mbr::TYPE_GPT || mbr::EXTENDED_TYPES.contains(&code) {
+                return Err(PlanError::Container(text.to_string()));
+            }
+            Ok(format!("0x{code:02x}"))
         }
+        (Label::Gpt, Some((_, guid))) => guid.map(str::to_string).ok_or_else(bad),
         // Not the all-zero GUID: it marks an unused entry.
         (Label::Gpt, None) => {
             let guid = t.parse::<Guid>().ok().filter(|g| !g.is_zero());
@@ -528,9 +544,8 @@ impl Script {
                 (_, Some(_)) => return Err(format!("{line:?}: unknown field {key:?}")),
             }
         }
-        let extended = ["5", "05", "f", "0f", "85", "extended"]
-            .contains(&r.type_id.to_ascii_lowercase().as_str());
-        if !extended {
+        // sfdisk takes an extended type in any spelling: 5, 0x05, f, ...
+        if !mbr_code(&r.type_id).is_some_and(|c| table::mbr::EXTENDED_TYPES.contains(&c)) {
             self.requests.push(r);
             self.numbers.push(node.and_then(node_number));
         }
@@ -986,6 +1001,10 @@ mod tests {
         ] {
             assert!(matches!(resolve_type(label, bad), Err(PlanError::Type(..))), "{bad}");
         }
+        for container in ["5", "0x0f", "85", "extended", "ee", "0xEE"] {
+            let got = resolve_type(Label::Mbr, container);
+            assert!(matches!(got, Err(PlanError::Container(..))), "{container}: {got:?}");
+        }
     }
 
     #[test]
@@ -998,6 +1017,10 @@ mod tests {
         ));
         assert!(matches!(
             plan(&d, Label::Gpt, Align::Optimal, false, &[named(&"x".repeat(37))]),
+            Err(PlanError::Name(..))
+        ));
+        assert!(matches!(
+            plan(&d, Label::Gpt, Align::Optimal, false, &[named("root\0disk")]),
             Err(PlanError::Name(..))
         ));
         let p = plan(&d, Label::Gpt, Align::Optimal, false, &[named("root")]).unwrap();
@@ -1086,6 +1109,16 @@ mod tests {
         name=\"swap x\", attrs=\"RequiredPartition LegacyBIOSBootable\"\n\
         /dev/loop0p3 : start=       63488, size=       10000, \
         type=0FC63DAF-8483-4772-8E79-3D69D8477DE4, uuid=01234567-89AB-CDEF-0123-456789ABCDEF\n";
+
+    /// Found while fuzzing (target script): `type=0x05` was kept as a data
+    /// partition, and written as an extended container with no EBR.
+    #[test]
+    fn extended_lines_are_dropped_however_spelled() {
+        for t in ["5", "0x05", "0x5", "0F", "85", "E", "extended-lba"] {
+            let s = parse_script(format!("label: dos\nsize=100, type={t}\nsize=200\n")).unwrap();
+            assert_eq!(s.requests.len(), 1, "{t}");
+        }
+    }
 
     #[test]
     fn sfdisk_dumps_parse_with_padded_fields_and_node_prefixes() {

@@ -179,7 +179,14 @@ impl Journal {
             return Err(format!("cursor {} past the last of {chunks} chunks", h.state.cursor));
         }
         let (table_at, save_at) = layout(h.record_len, chunks);
-        let mut raw = vec![0u8; usize::try_from(h.state.cursor * 4).map_err(|e| e.to_string())?];
+        // Only what the file holds is allocated: a record may claim any disk.
+        let file_len = file.metadata().map_err(|e| e.to_string())?.len();
+        let fits = |n: u64| n == 0 || table_at + n <= file_len;
+        let table_len = h.state.cursor.checked_mul(4).filter(|&n| fits(n));
+        let table_len = table_len.ok_or_else(|| {
+            format!("the checksum table of {} chunks runs past the end of the file", h.state.cursor)
+        })?;
+        let mut raw = vec![0u8; usize::try_from(table_len).map_err(|e| e.to_string())?];
         file.read_exact_at(&mut raw, table_at).map_err(|e| e.to_string())?;
         if crc32fast::hash(&raw) != h.table_crc {
             return Err("the checksum table's CRC does not match".into());
@@ -378,6 +385,21 @@ mod tests {
         let f = File::options().write(true).open(&path).unwrap();
         f.write_all_at(&[0u8; 4], j.save_area(1) + 100).unwrap();
         assert_eq!(Journal::open(&path).unwrap().saved(1).unwrap(), None);
+    }
+
+    /// Found with fuzz/ (target journal): a header whose CRCs hold but
+    /// whose cursor counts more chunks than the file holds (the record
+    /// claims a disk of 2^62 bytes) made open allocate 2^54 bytes and abort.
+    #[test]
+    fn a_cursor_past_the_end_of_the_file_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let identity = crate::realign::Identity { size_bytes: 1 << 62, serial: None, wwid: None };
+        let huge = Move { identity, sectors: 1 << 52, chunk_bytes: 512, ..sample_move() };
+        let j = Journal::create(&path, huge).unwrap();
+        j.write_header(State { sequence: 2, cursor: 1 << 52, ..j.state }, &[]).unwrap();
+        let back = Journal::open(&path).unwrap();
+        assert_eq!((back.state.sequence, back.state.cursor), (1, 0), "the header before it");
     }
 
     #[test]

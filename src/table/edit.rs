@@ -51,6 +51,12 @@ fn read_gpt(dev: &dyn ReadAt, layout: &Layout) -> Result<GptBytes, EditError> {
     if info.used_backup || info.header_lba != 1 {
         return Err(EditError::Unsafe("the primary GPT is damaged; repair it first".into()));
     }
+    // The backup is rewritten where its header says: one that is not a
+    // usable table may point anywhere, past the end or into a partition.
+    let backup_damaged = ["gpt_backup_invalid", "gpt_alternate_lba_wrong"];
+    if layout.problems.iter().any(|p| backup_damaged.contains(&p.code)) {
+        return Err(EditError::Unsafe("the backup GPT is damaged; repair it first".into()));
+    }
     let header = |lba: u64| -> Result<gpt::Header, EditError> {
         let sector = read_lba(dev, lba, ss).map_err(io)?;
         gpt::Header::parse(&sector).map_err(|e| EditError::Unsafe(format!("LBA {lba}: {e}")))
@@ -60,6 +66,14 @@ fn read_gpt(dev: &dyn ReadAt, layout: &Layout) -> Result<GptBytes, EditError> {
     let bytes = primary.entries_bytes();
     if bytes == 0 || bytes % ss != 0 || bytes > gpt::MAX_ENTRIES_BYTES {
         return Err(EditError::Unsafe(format!("an entry array of {bytes} bytes")));
+    }
+    // The primary's array goes where the backup's is: it must be as long.
+    if backup.entries_bytes() != bytes {
+        return Err(EditError::Unsafe(format!(
+            "the backup GPT's entry array ({} bytes) is not the primary's ({bytes} bytes); \
+             repair it first",
+            backup.entries_bytes()
+        )));
     }
     let entries = read_sectors(dev, primary.entries_lba, bytes / ss, ss).map_err(io)?;
     Ok(GptBytes {
@@ -256,5 +270,34 @@ mod tests {
         let mut table = read_bytes(&gpt, &layout).unwrap();
         let err = table.move_start(&layout.partitions[0], 250).unwrap_err();
         assert!(matches!(err, EditError::Range(1, 250, _)), "{err}");
+    }
+
+    /// Found by fuzz/ (target edit): a backup header whose CRC holds but
+    /// whose entry array lies past the end was rewritten there.
+    #[test]
+    fn a_damaged_backup_is_not_rewritten() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "a")]);
+        img[255 * 512 + 72..255 * 512 + 80].copy_from_slice(&100_000u64.to_le_bytes());
+        crate::table::fixtures::reseal(&mut img, 512, 255);
+        let layout = read(&img, 512, img.len() as u64).unwrap();
+        assert_eq!(layout.problems[0].code, "gpt_backup_invalid");
+        let err = read_bytes(&img, &layout).unwrap_err();
+        assert!(matches!(err, EditError::Unsafe(ref m) if m.contains("backup")), "{err}");
+    }
+
+    /// Found by fuzz/ (target edit): the primary's entry array, longer than
+    /// the backup's, was written over the backup header and past the end.
+    #[test]
+    fn a_backup_array_of_another_size_is_not_overwritten() {
+        let mut img = gpt_image(512, 256, 128, &[(40, 99, "a")]);
+        let h = 255 * 512;
+        img[h + 80..h + 84].copy_from_slice(&64u32.to_le_bytes());
+        let crc = crc32fast::hash(&img[223 * 512..223 * 512 + 64 * 128]);
+        img[h + 88..h + 92].copy_from_slice(&crc.to_le_bytes());
+        crate::table::fixtures::reseal(&mut img, 512, 255);
+        let layout = read(&img, 512, img.len() as u64).unwrap();
+        assert_eq!(layout.problems[0].code, "gpt_backup_differs");
+        let err = read_bytes(&img, &layout).unwrap_err();
+        assert!(matches!(err, EditError::Unsafe(ref m) if m.contains("16384 bytes")), "{err}");
     }
 }

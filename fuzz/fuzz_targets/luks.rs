@@ -1,0 +1,10 @@
+//! LUKS1 and LUKS2 headers (LUKS2's JSON metadata); seeded with cryptsetup luksFormat.
+#![no_main]
+
+use blkalign_fuzz::image::Image;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some(mut img) = Image::parse(data) else { return };
+    blkalign_fuzz::contents(&mut img);
+});
