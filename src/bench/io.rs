@@ -1,6 +1,8 @@
 //! O_DIRECT access: aligned buffers, opening, device facts, and running a
 //! list of timed requests without changing the data on the device.
 
+#[cfg(feature = "io_uring")]
+use super::uring::Op;
 use super::{BenchError, Engine, Request};
 use crate::device::sysfs::{block_dir, read_number};
 use crate::device::{self, DeviceError};
@@ -8,6 +10,7 @@ use crate::units::is_sector_size;
 use rustix::fs::OFlags;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -185,36 +188,104 @@ pub fn execute(
     engine: Engine,
     done: &mut dyn FnMut(),
 ) -> Result<Executed, BenchError> {
-    let mut latencies = Vec::with_capacity(requests.len());
-    let mut wall = Duration::ZERO;
-    for chunk in chunks(requests) {
-        let mut bufs = prepare(file, chunk, mode)?;
-        let begin = Instant::now();
-        match engine {
-            Engine::Psync => {
-                for (req, buf) in chunk.iter().zip(&mut bufs) {
-                    latencies.push(timed(file, req, buf, mode)?);
-                    done();
-                }
-            }
-            #[cfg(feature = "io_uring")]
-            Engine::IoUring { depth } => {
-                let write = mode != Mode::Read;
-                latencies.extend(super::uring::run_chunk(file, chunk, bufs, write, depth, done)?);
-            }
+    check_sizes(requests)?;
+    let chunks = chunks(requests);
+    let fill = if mode == Mode::Destructive { 0xA5 } else { 0 };
+    // One arena serves every chunk; it and the engine are set up untimed.
+    let arena = AlignedBuf::new(arena_len(&chunks, mode), fill);
+    let mut issuer = match engine {
+        Engine::Psync => Issuer::Psync(arena),
+        #[cfg(feature = "io_uring")]
+        Engine::IoUring { depth } => {
+            Issuer::IoUring(Box::new(super::uring::Ring::new(file, arena, depth)?))
         }
+    };
+    let mut latencies = vec![Duration::ZERO; requests.len()];
+    let mut wall = Duration::ZERO;
+    let mut first = 0;
+    for chunk in chunks {
+        let slots = layout(chunk, mode);
+        if mode == Mode::Write {
+            issuer.back_up(file, chunk, &slots)?;
+        }
+        let timings = &mut latencies[first..first + chunk.len()];
+        let begin = Instant::now();
+        issuer.run(file, chunk, &slots, mode, timings, done)?;
         wall += begin.elapsed();
+        first += chunk.len();
     }
     Ok(Executed { latencies, wall })
 }
 
-/// Memory a request's buffer takes.
-fn footprint(req: &Request) -> u64 {
-    req.size.saturating_add(BUF_ALIGN as u64)
+/// An engine with the arena its requests' buffers live in.
+enum Issuer {
+    Psync(AlignedBuf),
+    #[cfg(feature = "io_uring")]
+    IoUring(Box<super::uring::Ring>),
 }
 
-/// Consecutive slices whose buffers (alignment slack included) take at
-/// most CHUNK_BYTES, with at least one request each.
+impl Issuer {
+    /// Reads what `chunk` will write back into its buffers, untimed.
+    fn back_up(
+        &mut self,
+        file: &File,
+        chunk: &[Request],
+        slots: &[Range<usize>],
+    ) -> Result<(), BenchError> {
+        match self {
+            Issuer::Psync(arena) => back_up(file, chunk, &mut split(arena.bytes_mut(), slots)),
+            #[cfg(feature = "io_uring")]
+            Issuer::IoUring(ring) => ring.back_up(chunk, slots),
+        }
+    }
+
+    /// Issues `chunk` (buffers at `slots`) and stores each latency in
+    /// `timings`.
+    fn run(
+        &mut self,
+        file: &File,
+        chunk: &[Request],
+        slots: &[Range<usize>],
+        mode: Mode,
+        timings: &mut [Duration],
+        done: &mut dyn FnMut(),
+    ) -> Result<(), BenchError> {
+        match self {
+            Issuer::Psync(arena) => {
+                let arena = arena.bytes_mut();
+                for ((req, slot), timing) in chunk.iter().zip(slots).zip(timings) {
+                    *timing = timed(file, req, &mut arena[slot.clone()], mode)?;
+                    done();
+                }
+                Ok(())
+            }
+            #[cfg(feature = "io_uring")]
+            Issuer::IoUring(ring) => {
+                let op = if mode == Mode::Read { Op::Read } else { Op::Write };
+                ring.run_chunk(chunk, slots, op, timings, done)
+            }
+        }
+    }
+}
+
+/// Refuses any request larger than CHUNK_BYTES before memory is set aside.
+fn check_sizes(requests: &[Request]) -> Result<(), BenchError> {
+    match requests.iter().find(|r| r.size > CHUNK_BYTES) {
+        Some(r) => Err(BenchError::Invalid(format!(
+            "a request of {} bytes is larger than the {CHUNK_BYTES}-byte limit",
+            r.size
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Memory a request's buffer takes in the arena: its size up to a page.
+fn footprint(req: &Request) -> u64 {
+    req.size.checked_next_multiple_of(BUF_ALIGN as u64).unwrap_or(u64::MAX)
+}
+
+/// Consecutive slices whose buffers take at most CHUNK_BYTES, with at
+/// least one request each.
 fn chunks(requests: &[Request]) -> Vec<&[Request]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
@@ -231,16 +302,59 @@ fn chunks(requests: &[Request]) -> Vec<&[Request]> {
     out
 }
 
-fn timed(
-    file: &File,
-    req: &Request,
-    buf: &mut AlignedBuf,
-    mode: Mode,
-) -> Result<Duration, BenchError> {
+/// Bytes of the largest chunk's buffers, hence of the arena; at most
+/// CHUNK_BYTES once [`check_sizes`] passed.
+fn arena_len(chunks: &[&[Request]], mode: Mode) -> usize {
+    let bytes = |chunk: &&[Request]| {
+        let each = chunk.iter().map(footprint);
+        if mode == Mode::Destructive {
+            each.max().unwrap_or(0)
+        } else {
+            each.sum()
+        }
+    };
+    let most = chunks.iter().map(bytes).max().unwrap_or(0);
+    usize::try_from(most.min(CHUNK_BYTES)).unwrap_or(0)
+}
+
+/// Each request's buffer in the arena. Data to put back or read needs one
+/// per request: one after another, each starting on a page. A pattern is
+/// the same for all, so destructive writes share one buffer (as fio's
+/// requests share a few), which stays in the CPU caches. Sizes were checked
+/// by [`check_sizes`], so nothing overflows.
+fn layout(chunk: &[Request], mode: Mode) -> Vec<Range<usize>> {
+    let mut at = 0;
+    chunk
+        .iter()
+        .map(|req| {
+            let slot = at..at + req.size as usize;
+            if mode != Mode::Destructive {
+                at += footprint(req) as usize;
+            }
+            slot
+        })
+        .collect()
+}
+
+/// The arena cut into the buffers at `slots` (ascending, disjoint).
+fn split<'a>(mut arena: &'a mut [u8], slots: &[Range<usize>]) -> Vec<&'a mut [u8]> {
+    let mut consumed = 0;
+    slots
+        .iter()
+        .map(|slot| {
+            let (_, rest) = std::mem::take(&mut arena).split_at_mut(slot.start - consumed);
+            let (buf, rest) = rest.split_at_mut(slot.len());
+            (arena, consumed) = (rest, slot.end);
+            buf
+        })
+        .collect()
+}
+
+fn timed(file: &File, req: &Request, buf: &mut [u8], mode: Mode) -> Result<Duration, BenchError> {
     let begin = Instant::now();
     let result = match mode {
-        Mode::Read => read_into(file, req, buf),
-        Mode::Write | Mode::Destructive => file.write_all_at(buf.bytes(), req.pos),
+        Mode::Read => file.read_exact_at(buf, req.pos),
+        Mode::Write | Mode::Destructive => file.write_all_at(buf, req.pos),
     };
     let elapsed = begin.elapsed();
     result.map_err(|e| io_error(mode_name(mode), req.pos, req.size, e))?;
@@ -255,35 +369,8 @@ fn mode_name(mode: Mode) -> &'static str {
     }
 }
 
-fn read_into(file: &File, req: &Request, buf: &mut AlignedBuf) -> std::io::Result<()> {
-    file.read_exact_at(buf.bytes_mut(), req.pos)
-}
-
-/// One buffer per request: the backup to write back, a pattern, or (for
-/// reads) room to read into. A request larger than CHUNK_BYTES is refused.
-fn prepare(file: &File, chunk: &[Request], mode: Mode) -> Result<Vec<AlignedBuf>, BenchError> {
-    let fill = if mode == Mode::Destructive { 0xA5 } else { 0 };
-    let mut bufs: Vec<AlignedBuf> = chunk
-        .iter()
-        .map(|r| {
-            let len = usize::try_from(r.size).ok().filter(|_| r.size <= CHUNK_BYTES);
-            let len = len.ok_or_else(|| {
-                BenchError::Invalid(format!(
-                    "a request of {} bytes is larger than the {CHUNK_BYTES}-byte limit",
-                    r.size
-                ))
-            })?;
-            Ok(AlignedBuf::new(len, fill))
-        })
-        .collect::<Result<_, BenchError>>()?;
-    if mode == Mode::Write {
-        back_up(file, chunk, &mut bufs)?;
-    }
-    Ok(bufs)
-}
-
 /// Reads every range in parallel: untimed, so only wall time is at stake.
-fn back_up(file: &File, chunk: &[Request], bufs: &mut [AlignedBuf]) -> Result<(), BenchError> {
+fn back_up(file: &File, chunk: &[Request], bufs: &mut [&mut [u8]]) -> Result<(), BenchError> {
     let per = chunk.len().div_ceil(READERS).max(1);
     std::thread::scope(|scope| {
         let workers: Vec<_> = chunk
@@ -297,9 +384,9 @@ fn back_up(file: &File, chunk: &[Request], bufs: &mut [AlignedBuf]) -> Result<()
     })
 }
 
-fn read_each(file: &File, reqs: &[Request], bufs: &mut [AlignedBuf]) -> Result<(), BenchError> {
+fn read_each(file: &File, reqs: &[Request], bufs: &mut [&mut [u8]]) -> Result<(), BenchError> {
     reqs.iter().zip(bufs).try_for_each(|(req, buf)| {
-        read_into(file, req, buf).map_err(|e| io_error("backup read", req.pos, req.size, e))
+        file.read_exact_at(buf, req.pos).map_err(|e| io_error("backup read", req.pos, req.size, e))
     })
 }
 
@@ -323,18 +410,104 @@ mod tests {
     }
 
     #[test]
-    fn small_requests_count_their_alignment_slack() {
-        let per = (CHUNK_BYTES / (512 + BUF_ALIGN as u64)) as usize;
+    fn small_requests_take_a_page_each() {
+        let per = (CHUNK_BYTES / BUF_ALIGN as u64) as usize;
         let many = vec![req(512); per + 1];
         assert_eq!(chunks(&many).iter().map(|c| c.len()).collect::<Vec<_>>(), [per, 1]);
+        assert_eq!(arena_len(&chunks(&many), Mode::Write), CHUNK_BYTES as usize);
     }
 
     #[test]
     fn oversized_requests_are_refused_not_allocated() {
         let file = tempfile::tempfile().unwrap();
-        let err = prepare(&file, &[req(CHUNK_BYTES + 512)], Mode::Read).err().unwrap();
-        assert!(err.to_string().contains("limit"), "{err}");
-        assert!(prepare(&file, &[req(u64::MAX)], Mode::Read).is_err());
+        for size in [CHUNK_BYTES + 512, u64::MAX] {
+            let err = execute(&file, &[req(size)], Mode::Read, Engine::Psync, &mut || {});
+            assert!(err.unwrap_err().to_string().contains("limit"), "{size}");
+        }
+    }
+
+    #[test]
+    fn layout_starts_every_buffer_on_a_page() {
+        let chunk = [req(512), req(4096), req(6144), req(512)];
+        for mode in [Mode::Read, Mode::Write] {
+            let slots = layout(&chunk, mode);
+            assert_eq!(slots, [0..512, 4096..8192, 8192..14336, 16384..16896]);
+            assert_eq!(arena_len(&[&chunk], mode), 20480);
+            assert_eq!(arena_len(&[], mode), 0);
+        }
+    }
+
+    #[test]
+    fn destructive_writes_share_one_buffer() {
+        let chunk = [req(512), req(4096), req(6144), req(512)];
+        let slots = layout(&chunk, Mode::Destructive);
+        assert_eq!(slots, [0..512, 0..4096, 0..6144, 0..512]);
+        assert_eq!(arena_len(&[&chunk], Mode::Destructive), 8192);
+    }
+
+    #[test]
+    fn split_cuts_the_arena_at_the_slots() {
+        let mut arena = vec![0u8; 20480];
+        let chunk = [req(512), req(4096), req(6144), req(512)];
+        for (i, buf) in split(&mut arena, &layout(&chunk, Mode::Write)).into_iter().enumerate() {
+            buf.fill(i as u8 + 1);
+        }
+        let runs = [(0, 512, 1), (512, 4096, 0), (4096, 8192, 2), (8192, 14336, 3)];
+        for (from, to, byte) in runs.into_iter().chain([(14336, 16384, 0), (16384, 16896, 4)]) {
+            assert!(arena[from..to].iter().all(|&b| b == byte), "{from}..{to}");
+        }
+    }
+
+    /// A file of `len` bytes, each its offset's low byte.
+    fn numbered(len: usize) -> (File, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        let file = tempfile::tempfile().unwrap();
+        file.write_all_at(&bytes, 0).unwrap();
+        (file, bytes)
+    }
+
+    fn engines() -> Vec<Engine> {
+        #[cfg(feature = "io_uring")]
+        if crate::bench::uring::check(4).is_ok() {
+            let deep = |depth| Engine::IoUring { depth };
+            return vec![Engine::Psync, deep(1), deep(2), deep(4)];
+        }
+        vec![Engine::Psync]
+    }
+
+    fn scattered() -> Vec<Request> {
+        let at = |pos, size| Request { cell: 0, pos, size };
+        vec![at(8192, 512), at(0, 4096), at(20480, 8192), at(4096, 1024), at(12288, 512)]
+    }
+
+    #[test]
+    fn writes_put_back_what_was_there_with_either_engine() {
+        for engine in engines() {
+            let (file, bytes) = numbered(32768);
+            let mut count = 0;
+            let run = execute(&file, &scattered(), Mode::Write, engine, &mut || count += 1);
+            assert_eq!(run.unwrap().latencies.len(), 5, "{engine:?}");
+            assert_eq!(count, 5, "{engine:?}: done once per request");
+            let mut now = vec![0; bytes.len()];
+            file.read_exact_at(&mut now, 0).unwrap();
+            assert!(now == bytes, "{engine:?} changed the data");
+        }
+    }
+
+    #[test]
+    fn destructive_writes_land_where_asked_with_either_engine() {
+        for engine in engines() {
+            let (file, bytes) = numbered(32768);
+            execute(&file, &scattered(), Mode::Destructive, engine, &mut || {}).unwrap();
+            let mut now = vec![0; bytes.len()];
+            file.read_exact_at(&mut now, 0).unwrap();
+            let hit = |i: usize| {
+                scattered().iter().any(|r| (r.pos..r.pos + r.size).contains(&(i as u64)))
+            };
+            for (i, (&was, &is)) in bytes.iter().zip(&now).enumerate() {
+                assert_eq!(is, if hit(i) { 0xA5 } else { was }, "{engine:?} at byte {i}");
+            }
+        }
     }
 
     fn queue(dir: &Path, logical: &str, offset: &str) {

@@ -1,10 +1,15 @@
 //! The io_uring engine: up to `depth` requests in flight, each timed from
-//! its submission to its completion (fio's `lat`).
+//! its submission to its completion (fio's `lat`). The file and the arena
+//! holding every buffer are registered once, outside the timing, so a
+//! request costs the kernel no file lookup and no page pinning.
 
 use super::io::AlignedBuf;
 use super::{BenchError, Request};
-use io_uring::{opcode, types, IoUring};
+use io_uring::{opcode, squeue, types, IoUring};
 use std::fs::File;
+use std::io::IoSliceMut;
+use std::mem::ManuallyDrop;
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -14,88 +19,224 @@ pub fn check(depth: u32) -> std::io::Result<()> {
     IoUring::new(depth).map(drop)
 }
 
-/// Runs `chunk` with `bufs` (one per request) and returns each latency.
-/// Buffers are owned so that, should the ring fail with requests in
-/// flight, they can be leaked rather than freed under the kernel's feet.
-pub(crate) fn run_chunk(
-    file: &File,
-    chunk: &[Request],
-    mut bufs: Vec<AlignedBuf>,
-    write: bool,
-    depth: u32,
-    done: &mut dyn FnMut(),
-) -> Result<Vec<Duration>, BenchError> {
-    let ring_error = |e: std::io::Error| BenchError::Invalid(format!("io_uring: {e}"));
-    // Every length is checked before the first submission: an early return
-    // once requests are in flight would free their buffers under the kernel.
-    let lens = chunk
-        .iter()
-        .map(|req| {
-            u32::try_from(req.size).map_err(|_| {
-                BenchError::Invalid(format!("{} bytes is too large for one request", req.size))
-            })
-        })
-        .collect::<Result<Vec<u32>, BenchError>>()?;
-    if bufs.len() != chunk.len() {
-        return Err(BenchError::Invalid("io_uring: one buffer per request needed".into()));
-    }
-    let mut ring = IoUring::new(depth).map_err(ring_error)?;
-    let fd = types::Fd(file.as_raw_fd());
-    let mut started = vec![Instant::now(); chunk.len()];
-    let mut latencies = vec![Duration::ZERO; chunk.len()];
-    let (mut next, mut inflight, mut failed) = (0, 0, None);
-    while next < chunk.len() || inflight > 0 {
-        while failed.is_none() && next < chunk.len() && inflight < depth as usize {
-            let (req, buf, len) = (&chunk[next], &mut bufs[next], lens[next]);
-            let entry = if write {
-                opcode::Write::new(fd, buf.bytes().as_ptr(), len).offset(req.pos).build()
-            } else {
-                opcode::Read::new(fd, buf.bytes_mut().as_mut_ptr(), len).offset(req.pos).build()
-            };
-            // SAFETY: the buffer outlives the request: `bufs` is only
-            // dropped after every submitted request has completed, and is
-            // leaked if the ring fails before that.
-            let pushed = unsafe { ring.submission().push(&entry.user_data(next as u64)) };
-            if pushed.is_err() {
-                break; // the queue is full: reap first
-            }
-            started[next] = Instant::now();
-            next += 1;
-            inflight += 1;
-        }
-        if inflight == 0 {
-            break;
-        }
-        if let Err(e) = submit(&ring) {
-            std::mem::forget(bufs);
-            std::mem::forget(ring);
-            return Err(ring_error(e));
-        }
-        for cqe in ring.completion() {
-            let i = usize::try_from(cqe.user_data()).unwrap_or(usize::MAX);
-            let Some(req) = chunk.get(i) else { continue };
-            latencies[i] = started[i].elapsed();
-            inflight -= 1;
-            done();
-            if u64::try_from(cqe.result()).ok() != Some(req.size) && failed.is_none() {
-                failed = Some(short(cqe.result(), req, write));
-            }
-        }
-    }
-    failed.map_or(Ok(latencies), Err)
+/// What a chunk's requests do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Op {
+    Read,
+    Write,
+    /// Reads of what the writes will put back.
+    Backup,
 }
 
-/// Submits and waits for one completion, retrying when interrupted.
-fn submit(ring: &IoUring) -> std::io::Result<usize> {
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Backup => "backup read",
+        }
+    }
+}
+
+/// A ring with the file registered as fixed file 0 and, where the locked
+/// memory limit allows, the arena as fixed buffer 0.
+pub(crate) struct Ring {
+    ring: ManuallyDrop<IoUring>,
+    arena: ManuallyDrop<AlignedBuf>,
+    depth: usize,
+    fixed_buffer: bool,
+    /// Submitted and not yet completed. Should the ring fail with any, the
+    /// ring and the arena are leaked rather than freed under the kernel.
+    inflight: usize,
+    /// When each request of the current chunk was submitted.
+    started: Vec<Instant>,
+}
+
+fn ring_error(e: std::io::Error) -> BenchError {
+    BenchError::Invalid(format!("io_uring: {e}"))
+}
+
+impl Ring {
+    pub(crate) fn new(file: &File, mut arena: AlignedBuf, depth: u32) -> Result<Ring, BenchError> {
+        let ring = build(depth).map_err(ring_error)?;
+        ring.submitter().register_files(&[file.as_raw_fd()]).map_err(ring_error)?;
+        // Unprivileged users may lack the RLIMIT_MEMLOCK to pin the arena;
+        // the requests then pin their own pages, as plain writes do.
+        let fixed_buffer = register(&ring, &mut arena).is_ok();
+        Ok(Ring {
+            ring: ManuallyDrop::new(ring),
+            arena: ManuallyDrop::new(arena),
+            depth: depth.max(1) as usize,
+            fixed_buffer,
+            inflight: 0,
+            started: Vec::new(),
+        })
+    }
+
+    /// Reads what `chunk` will write back into its buffers, untimed. Through
+    /// the ring, at depth: helper threads would leave the timed phase that
+    /// follows measurably slower (placed anew beside the device's workers).
+    pub(crate) fn back_up(
+        &mut self,
+        chunk: &[Request],
+        slots: &[Range<usize>],
+    ) -> Result<(), BenchError> {
+        let mut untimed = vec![Duration::ZERO; chunk.len()];
+        self.run_chunk(chunk, slots, Op::Backup, &mut untimed, &mut || {})
+    }
+
+    /// Runs `chunk`, request i with the arena's bytes at `slots[i]`, and
+    /// stores each latency in `timings`. The queue is kept full: every
+    /// wakeup reaps all completions, refills, and submits them in one call.
+    pub(crate) fn run_chunk(
+        &mut self,
+        chunk: &[Request],
+        slots: &[Range<usize>],
+        op: Op,
+        timings: &mut [Duration],
+        done: &mut dyn FnMut(),
+    ) -> Result<(), BenchError> {
+        // Everything is checked before the first submission: an early return
+        // once requests are in flight would leak the arena.
+        let lens = lengths(chunk, slots, self.arena.bytes().len())?;
+        if timings.len() != chunk.len() {
+            return Err(BenchError::Invalid("io_uring: one timing per request needed".into()));
+        }
+        self.started.clear();
+        self.started.resize(chunk.len(), Instant::now());
+        let base = self.arena.bytes_mut().as_mut_ptr();
+        let (submitter, mut sq, mut cq) = self.ring.split();
+        let (write, mut failed) = (op == Op::Write, None);
+        let mut next = 0;
+        loop {
+            if failed.is_none() && next < chunk.len() && self.inflight < self.depth {
+                let end = chunk.len().min(next + self.depth - self.inflight);
+                let now = Instant::now();
+                sq.sync(); // learn how much the kernel consumed
+                while next < end {
+                    let buf = base.wrapping_add(slots[next].start);
+                    let entry = request(write, self.fixed_buffer, buf, lens[next], chunk[next].pos);
+                    // SAFETY: the arena outlives the request: it is only
+                    // freed once nothing is in flight, and is leaked should
+                    // the ring fail before that.
+                    if unsafe { sq.push(&entry.user_data(next as u64)) }.is_err() {
+                        break; // the kernel has not consumed the queue yet
+                    }
+                    self.started[next] = now;
+                    next += 1;
+                    self.inflight += 1;
+                }
+                sq.sync();
+            }
+            if self.inflight == 0 {
+                break;
+            }
+            submit_and_wait(&submitter).map_err(ring_error)?;
+            cq.sync();
+            let now = Instant::now();
+            for cqe in &mut cq {
+                let i = usize::try_from(cqe.user_data()).unwrap_or(usize::MAX);
+                let Some(req) = chunk.get(i) else { continue };
+                timings[i] = now.duration_since(self.started[i]);
+                self.inflight -= 1;
+                done();
+                if u64::try_from(cqe.result()).ok() != Some(req.size) && failed.is_none() {
+                    failed = Some(short(cqe.result(), req, op));
+                }
+            }
+            cq.sync();
+        }
+        failed.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.inflight == 0 {
+            // Closing the ring releases what it holds only later, on a kernel
+            // worker: unregistered now, the file is closed with our own
+            // descriptor, and an exclusive claim on a device ends with us.
+            let submitter = self.ring.submitter();
+            let _ = submitter.unregister_files();
+            let _ = submitter.unregister_buffers();
+            // SAFETY: neither is used again; the ring goes first.
+            unsafe {
+                ManuallyDrop::drop(&mut self.ring);
+                ManuallyDrop::drop(&mut self.arena);
+            }
+        }
+    }
+}
+
+/// A ring whose completions wait to be reaped by our own calls
+/// (DEFER_TASKRUN, Linux 6.1), else one that at least does not interrupt us
+/// to post them (COOP_TASKRUN, 5.19), else a plain one.
+fn build(depth: u32) -> std::io::Result<IoUring> {
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(depth)
+        .or_else(|_| IoUring::builder().setup_coop_taskrun().build(depth))
+        .or_else(|_| IoUring::new(depth))
+}
+
+/// Registers the arena as fixed buffer 0.
+fn register(ring: &IoUring, arena: &mut AlignedBuf) -> std::io::Result<()> {
+    let iov = [IoSliceMut::new(arena.bytes_mut())];
+    // SAFETY: IoSliceMut is documented to be ABI-compatible with iovec. The
+    // arena outlives the registration: `Ring` drops the ring before it.
+    unsafe { ring.submitter().register_buffers(std::slice::from_raw_parts(iov.as_ptr().cast(), 1)) }
+}
+
+/// Each request's length, once every buffer is known to lie in the arena.
+fn lengths(
+    chunk: &[Request],
+    slots: &[Range<usize>],
+    arena: usize,
+) -> Result<Vec<u32>, BenchError> {
+    if slots.len() != chunk.len() {
+        return Err(BenchError::Invalid("io_uring: one buffer per request needed".into()));
+    }
+    chunk
+        .iter()
+        .zip(slots)
+        .map(|(req, slot)| {
+            let len = u32::try_from(req.size)
+                .ok()
+                .filter(|&len| slot.len() == len as usize && slot.end <= arena);
+            len.ok_or_else(|| {
+                BenchError::Invalid(format!(
+                    "io_uring: no buffer of {} bytes for the request at byte {}",
+                    req.size, req.pos
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The submission for one request on fixed file 0.
+fn request(write: bool, fixed_buffer: bool, buf: *mut u8, len: u32, pos: u64) -> squeue::Entry {
+    let file = types::Fixed(0);
+    match (write, fixed_buffer) {
+        (true, true) => opcode::WriteFixed::new(file, buf, len, 0).offset(pos).build(),
+        (true, false) => opcode::Write::new(file, buf, len).offset(pos).build(),
+        (false, true) => opcode::ReadFixed::new(file, buf, len, 0).offset(pos).build(),
+        (false, false) => opcode::Read::new(file, buf, len).offset(pos).build(),
+    }
+}
+
+/// Submits what is queued and waits for one completion, retrying when
+/// interrupted.
+fn submit_and_wait(submitter: &io_uring::Submitter) -> std::io::Result<usize> {
     loop {
-        match ring.submit_and_wait(1) {
+        match submitter.submit_and_wait(1) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             other => return other,
         }
     }
 }
 
-fn short(result: i32, req: &Request, write: bool) -> BenchError {
+fn short(result: i32, req: &Request, op: Op) -> BenchError {
     let source = if result < 0 {
         std::io::Error::from_raw_os_error(-result)
     } else {
@@ -104,10 +245,5 @@ fn short(result: i32, req: &Request, write: bool) -> BenchError {
             format!("only {result} bytes transferred"),
         )
     };
-    BenchError::Io {
-        what: if write { "write" } else { "read" },
-        pos: req.pos,
-        size: req.size,
-        error: source,
-    }
+    BenchError::Io { what: op.name(), pos: req.pos, size: req.size, error: source }
 }
