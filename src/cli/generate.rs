@@ -162,16 +162,23 @@ fn page(cmd: &clap::Command, top: bool) -> anyhow::Result<String> {
     })
 }
 
+/// The example lines, preformatted; a paragraph after them (what a
+/// command guarantees) goes under NOTES rather than among the commands.
 fn examples_section(roff: &mut Roff, text: &str) {
     let body = text.strip_prefix("Examples:").unwrap_or(text).trim_matches('\n');
+    let (examples, notes) = body.split_once("\n\n").unwrap_or((body, ""));
     roff.control("SH", ["EXAMPLES"]);
     roff.control("RS", ["4"]);
     roff.control("nf", []);
-    for line in body.lines() {
+    for line in examples.lines() {
         roff.text([roman(line.strip_prefix("  ").unwrap_or(line))]);
     }
     roff.control("fi", []);
     roff.control("RE", []);
+    if !notes.trim().is_empty() {
+        roff.control("SH", ["NOTES"]);
+        roff.text([roman(notes.trim().replace('\n', " "))]);
+    }
 }
 
 fn exit_status_section(roff: &mut Roff) {
