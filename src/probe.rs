@@ -344,10 +344,7 @@ impl Meter<'_> {
             })
             .collect();
         self.rng.shuffle(&mut requests);
-        let progress = self.progress;
-        let executed = execute(self.file, &requests, Mode::Write, Engine::Psync, &mut || {
-            progress.finish_one()
-        })?;
+        let executed = execute(self.file, &requests, Mode::Write, Engine::Psync, self.progress)?;
         for (req, lat) in requests.iter().zip(executed.latencies) {
             samples[req.cell].push(lat.as_secs_f64() * 1e6);
         }

@@ -3,7 +3,7 @@
 
 #[cfg(feature = "io_uring")]
 use super::uring::Op;
-use super::{BenchError, Engine, Request};
+use super::{BenchError, Engine, Progress, Request};
 use crate::device::sysfs::{block_dir, read_number};
 use crate::device::{self, DeviceError};
 use crate::units::is_sector_size;
@@ -180,13 +180,15 @@ pub struct Executed {
 
 /// Runs `requests` in order and times each. Writes are preceded, outside
 /// the timing, by reads of the same ranges, and write that data back (unless
-/// destructive). `done` is told after each request.
+/// destructive). Each request and each backup is counted in `progress`.
+/// One engine serves the whole run: a ring set up per chunk would be torn
+/// down by a kernel worker while the next chunk is timed.
 pub fn execute(
     file: &File,
     requests: &[Request],
     mode: Mode,
     engine: Engine,
-    done: &mut dyn FnMut(),
+    progress: &Progress,
 ) -> Result<Executed, BenchError> {
     check_sizes(requests)?;
     let chunks = chunks(requests);
@@ -206,11 +208,12 @@ pub fn execute(
     for chunk in chunks {
         let slots = layout(chunk, mode);
         if mode == Mode::Write {
+            progress.start_backup();
             issuer.back_up(file, chunk, &slots)?;
         }
         let timings = &mut latencies[first..first + chunk.len()];
         let begin = Instant::now();
-        issuer.run(file, chunk, &slots, mode, timings, done)?;
+        issuer.run(file, chunk, &slots, mode, timings, &mut || progress.finish_one())?;
         wall += begin.elapsed();
         first += chunk.len();
     }
@@ -393,9 +396,14 @@ fn read_each(file: &File, reqs: &[Request], bufs: &mut [&mut [u8]]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::Phase;
 
     fn req(size: u64) -> Request {
         Request { cell: 0, pos: 0, size }
+    }
+
+    fn idle() -> Progress {
+        Progress::new(0, Phase::Timed)
     }
 
     #[test]
@@ -421,7 +429,7 @@ mod tests {
     fn oversized_requests_are_refused_not_allocated() {
         let file = tempfile::tempfile().unwrap();
         for size in [CHUNK_BYTES + 512, u64::MAX] {
-            let err = execute(&file, &[req(size)], Mode::Read, Engine::Psync, &mut || {});
+            let err = execute(&file, &[req(size)], Mode::Read, Engine::Psync, &idle());
             assert!(err.unwrap_err().to_string().contains("limit"), "{size}");
         }
     }
@@ -484,10 +492,10 @@ mod tests {
     fn writes_put_back_what_was_there_with_either_engine() {
         for engine in engines() {
             let (file, bytes) = numbered(32768);
-            let mut count = 0;
-            let run = execute(&file, &scattered(), Mode::Write, engine, &mut || count += 1);
+            let progress = Progress::new(5, Phase::Backup);
+            let run = execute(&file, &scattered(), Mode::Write, engine, &progress);
             assert_eq!(run.unwrap().latencies.len(), 5, "{engine:?}");
-            assert_eq!(count, 5, "{engine:?}: done once per request");
+            assert_eq!(progress.counts(), (5, 5), "{engine:?}: counted once per request");
             let mut now = vec![0; bytes.len()];
             file.read_exact_at(&mut now, 0).unwrap();
             assert!(now == bytes, "{engine:?} changed the data");
@@ -498,7 +506,7 @@ mod tests {
     fn destructive_writes_land_where_asked_with_either_engine() {
         for engine in engines() {
             let (file, bytes) = numbered(32768);
-            execute(&file, &scattered(), Mode::Destructive, engine, &mut || {}).unwrap();
+            execute(&file, &scattered(), Mode::Destructive, engine, &idle()).unwrap();
             let mut now = vec![0; bytes.len()];
             file.read_exact_at(&mut now, 0).unwrap();
             let hit = |i: usize| {

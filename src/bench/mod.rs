@@ -23,7 +23,6 @@ use serde::Serialize;
 use stats::Latency;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-use std::time::Duration;
 
 /// What can go wrong measuring a device. The I/O errors are in the
 /// messages, so they are no `source`: printed with its chain, the cause
@@ -164,6 +163,13 @@ impl Progress {
         self.phase.store(phase as u8, Relaxed);
     }
 
+    /// A backup starts: the timed phase pauses (probe's stages stay shown).
+    pub(crate) fn start_backup(&self) {
+        if self.phase.load(Relaxed) == Phase::Timed as u8 {
+            self.set_phase(Phase::Backup);
+        }
+    }
+
     /// A request finished: any backup before it is over.
     pub(crate) fn finish_one(&self) {
         if self.phase.load(Relaxed) == Phase::Backup as u8 {
@@ -184,17 +190,8 @@ pub fn run(
     progress: &Progress,
 ) -> Result<Report, BenchError> {
     let requests = plan::schedule(plan, rng);
-    let mut latencies = Vec::with_capacity(requests.len());
-    let mut wall = Duration::ZERO;
-    // A batch at a time, so that each backup phase can be told apart.
-    for batch in requests.chunks(batch_len(&requests)) {
-        if mode == Mode::Write {
-            progress.set_phase(Phase::Backup);
-        }
-        let executed = io::execute(file, batch, mode, engine, &mut || progress.finish_one())?;
-        latencies.extend(executed.latencies);
-        wall += executed.wall;
-    }
+    let executed = io::execute(file, &requests, mode, engine, progress)?;
+    let (latencies, wall) = (executed.latencies, executed.wall);
     let mut samples = vec![Vec::new(); plan.cells.len()];
     for (req, lat) in requests.iter().zip(&latencies) {
         samples[req.cell].push(lat.as_secs_f64() * 1e6);
@@ -206,15 +203,6 @@ pub fn run(
     let wall_s = wall.as_secs_f64();
     let throughput_iops = throughput(requests.len(), wall_s);
     Ok(Report { engine, iodepth, wall_s, throughput_iops, results, ratios })
-}
-
-/// Requests the engine backs up in one go: their buffers (each at most
-/// twice a request of at least a page, alignment included) fit its memory
-/// bound, so it backs them up once and then times them all.
-fn batch_len(requests: &[Request]) -> usize {
-    let largest = requests.iter().map(|r| r.size).max().unwrap_or(0).max(4096);
-    let fit = io::CHUNK_BYTES / largest.saturating_mul(2);
-    usize::try_from(fit).unwrap_or(usize::MAX).max(1)
 }
 
 /// Requests per second of wall time; 0 when no time passed.
@@ -293,21 +281,14 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_fits_one_backup() {
-        let req = |size| Request { cell: 0, pos: 0, size };
-        assert_eq!(batch_len(&[req(4096), req(512)]), 8192);
-        assert_eq!(batch_len(&[req(512)]), 8192);
-        assert_eq!(batch_len(&[req(64 << 20)]), 1);
-        assert_eq!(batch_len(&[req(u64::MAX)]), 1);
-        assert_eq!(batch_len(&[]), 8192);
-    }
-
-    #[test]
     fn the_first_request_ends_a_backup() {
         let progress = Progress::new(3, Phase::Backup);
         progress.finish_one();
         assert_eq!((progress.phase(), progress.counts()), (Phase::Timed, (1, 3)));
+        progress.start_backup();
+        assert_eq!(progress.phase(), Phase::Backup);
         progress.set_phase(Phase::Sweep);
+        progress.start_backup();
         progress.finish_one();
         assert_eq!(progress.phase(), Phase::Sweep);
     }
