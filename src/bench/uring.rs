@@ -4,12 +4,12 @@
 //! request costs the kernel no file lookup and no page pinning.
 //!
 //! Up to a depth of [`POLL_DEPTH`], completions are awaited by polling for
-//! up to [`POLL`] before sleeping,
-//! as the kernel's hybrid polling does: waking a sleeping task can take
-//! longer than a fast device takes per request (an idle virtual CPU is
-//! halted and must be woken), and a benchmark that sleeps between
-//! completions measures that wakeup rather than the device. A slow device's
-//! requests still end with the task asleep, so the CPU spent stays small.
+//! up to [`POLL`] before sleeping, as the kernel's hybrid polling does:
+//! waking a sleeping task can take longer than a fast device takes per
+//! request (an idle virtual CPU is halted and must be woken), and a
+//! benchmark that sleeps between completions measures that wakeup rather
+//! than the device. A slow device's requests still end with the task
+//! asleep, so the CPU spent stays small.
 
 use super::io::AlignedBuf;
 use super::{BenchError, Request};
@@ -66,7 +66,8 @@ const POLL: Duration = Duration::from_micros(100);
 
 /// The deepest queue that polls. Deeper, one wakeup reaps many completions,
 /// and polling would only take CPU from the kernel's completion work
-/// (measured: 0.87 × the sleeping rate at depth 128 on two CPUs).
+/// (about 0.9 × the sleeping rate at depth 128 on two CPUs; see
+/// docs/performance.md).
 const POLL_DEPTH: usize = 32;
 
 /// The kernel's IORING_ENTER_GETEVENTS: post the completions deferred to
