@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
 
 /// probe is timing-sensitive and the machine has two cores: the tests that
-/// measure run one at a time.
+/// measure run one at a time (and one at a time hold the CPU latency limit).
 static MEASURING: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
@@ -110,9 +110,45 @@ fn json_matches_the_schema() {
     }
 }
 
+/// The system-wide CPU latency limit: the least of every request held.
+fn cpu_latency_in_force() -> i32 {
+    use std::io::Read;
+    let mut bytes = [0u8; 4];
+    let mut file = std::fs::File::open("/dev/cpu_dma_latency").expect("open cpu_dma_latency");
+    file.read_exact(&mut bytes).expect("read cpu_dma_latency");
+    i32::from_ne_bytes(bytes)
+}
+
+/// bench holds the limit it is given (0 unless told) while timing, says so
+/// in its report, and lets it go when it exits.
+#[test]
+fn cpu_latency_is_held_while_timing() {
+    let image = random_image(1);
+    let out = bench(&image, &["--cpu-latency", "soon"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("microseconds"));
+    if !common::needs(true, &[]) {
+        return;
+    }
+    let _serial = serial();
+    let before = cpu_latency_in_force();
+    let held = |args: &[&str]| {
+        let out = bench(&image, &[args, &["--count", "5", "--json"][..]].concat());
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stderr.is_empty(), "no warning as root");
+        common::json_of(&out.stdout)["cpu_latency_us"].clone()
+    };
+    assert_eq!(held(&[]), 0, "held at 0 by default");
+    assert_eq!(held(&["--cpu-latency", "7"]), before.min(7), "the least request is in force");
+    let off = held(&["--cpu-latency", "off"]);
+    assert_eq!(off.as_i64().unwrap_or(2_000_000_000), i64::from(before), "off holds nothing");
+    assert_eq!(cpu_latency_in_force(), before, "let go on exit");
+}
+
 /// The table takes the shared output options; a pipe gets no progress bar.
 #[test]
 fn table_takes_the_output_options() {
+    let _serial = serial(); // holds the CPU latency limit
     let image = random_image(1);
     let out = bench(&image, &["--count", "5", "-o", "SIZE,OFFSET", "-b", "-n"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -6,6 +6,7 @@
 //! each cell. Writes are non-destructive unless asked otherwise: the data
 //! is read before the timed phase and the same bytes are written back.
 
+pub mod cpu_latency;
 pub mod io;
 pub mod plan;
 pub mod rng;
@@ -86,6 +87,9 @@ pub struct Report {
     pub wall_s: f64,
     /// Every request of the run ÷ wall_s: the throughput at any depth.
     pub throughput_iops: f64,
+    /// The CPU latency limit in force as the run began, in microseconds
+    /// (see [`cpu_latency`]); None: no limit, or it could not be read.
+    pub cpu_latency_us: Option<u32>,
     pub results: Vec<CellResult>,
     pub ratios: Vec<Ratio>,
 }
@@ -190,6 +194,7 @@ pub fn run(
     progress: &Progress,
 ) -> Result<Report, BenchError> {
     let requests = plan::schedule(plan, rng);
+    let cpu_latency_us = cpu_latency::in_force();
     let executed = io::execute(file, &requests, mode, engine, progress)?;
     let (latencies, wall) = (executed.latencies, executed.wall);
     let mut samples = vec![Vec::new(); plan.cells.len()];
@@ -202,7 +207,7 @@ pub fn run(
     let ratios = ratios(&results);
     let wall_s = wall.as_secs_f64();
     let throughput_iops = throughput(requests.len(), wall_s);
-    Ok(Report { engine, iodepth, wall_s, throughput_iops, results, ratios })
+    Ok(Report { engine, iodepth, wall_s, throughput_iops, cpu_latency_us, results, ratios })
 }
 
 /// Requests per second of wall time; 0 when no time passed.

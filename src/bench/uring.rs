@@ -3,13 +3,14 @@
 //! holding every buffer are registered once, outside the timing, so a
 //! request costs the kernel no file lookup and no page pinning.
 //!
-//! Up to a depth of [`POLL_DEPTH`], completions are awaited by polling for
-//! up to [`POLL`] before sleeping, as the kernel's hybrid polling does:
-//! waking a sleeping task can take longer than a fast device takes per
-//! request (an idle virtual CPU is halted and must be woken), and a
-//! benchmark that sleeps between completions measures that wakeup rather
-//! than the device. A slow device's requests still end with the task
-//! asleep, so the CPU spent stays small.
+//! At shallow depths, completions are awaited by polling for up to
+//! [`POLL`] before sleeping, as the kernel's hybrid polling does: waking a
+//! sleeping task can take longer than a fast device takes per request (an
+//! idle virtual CPU is halted and must be woken), and a benchmark that
+//! sleeps between completions measures that wakeup rather than the device.
+//! A slow device's requests still end with the task asleep, so the CPU
+//! spent stays small. How deep polling pays depends on how fast idle CPUs
+//! wake: see [`poll_depth`].
 
 use super::io::AlignedBuf;
 use super::{BenchError, Request};
@@ -52,6 +53,8 @@ pub(crate) struct Ring {
     ring: ManuallyDrop<IoUring>,
     arena: ManuallyDrop<AlignedBuf>,
     depth: usize,
+    /// Whether waits poll before sleeping.
+    poll: bool,
     fixed_buffer: bool,
     /// Submitted and not yet completed. Should the ring fail with any, the
     /// ring and the arena are leaked rather than freed under the kernel.
@@ -64,11 +67,19 @@ pub(crate) struct Ring {
 /// the wakeup it saves on a virtual machine (see docs/performance.md).
 const POLL: Duration = Duration::from_micros(100);
 
-/// The deepest queue that polls. Deeper, one wakeup reaps many completions,
-/// and polling would only take CPU from the kernel's completion work
-/// (about 0.9 × the sleeping rate at depth 128 on two CPUs; see
-/// docs/performance.md).
-const POLL_DEPTH: usize = 32;
+/// The deepest queue that polls, given the CPU latency limit in force.
+/// Deeper, one wakeup reaps several completions and polling takes CPU from
+/// the kernel's completion work. Where idle CPUs only poll (a limit of 0,
+/// as bench holds by default) a wakeup is cheap, and at depth 32 polling
+/// gives 0.9 × the sleeping rate; where they halt, it gives 1.2 × (two
+/// virtual CPUs; see docs/performance.md).
+fn poll_depth(cpu_latency_us: Option<u32>) -> usize {
+    if cpu_latency_us == Some(0) {
+        8
+    } else {
+        32
+    }
+}
 
 /// The kernel's IORING_ENTER_GETEVENTS: post the completions deferred to
 /// this task (DEFER_TASKRUN) and wait for `min_complete` of them.
@@ -85,10 +96,12 @@ impl Ring {
         // Unprivileged users may lack the RLIMIT_MEMLOCK to pin the arena;
         // the requests then pin their own pages, as plain writes do.
         let fixed_buffer = register(&ring, &mut arena).is_ok();
+        let depth = depth.max(1) as usize;
         Ok(Ring {
             ring: ManuallyDrop::new(ring),
             arena: ManuallyDrop::new(arena),
-            depth: depth.max(1) as usize,
+            depth,
+            poll: depth <= poll_depth(super::cpu_latency::in_force()),
             fixed_buffer,
             inflight: 0,
             started: Vec::new(),
@@ -154,7 +167,7 @@ impl Ring {
                 break;
             }
             let queued = u32::try_from(sq.len()).unwrap_or(u32::MAX);
-            let poll = if self.depth <= POLL_DEPTH { POLL } else { Duration::ZERO };
+            let poll = if self.poll { POLL } else { Duration::ZERO };
             submit_and_wait(&submitter, &mut cq, queued, poll).map_err(ring_error)?;
             let now = Instant::now();
             for cqe in &mut cq {
@@ -294,4 +307,16 @@ fn short(result: i32, req: &Request, op: Op) -> BenchError {
         )
     };
     BenchError::Io { what: op.name(), pos: req.pos, size: req.size, error: source }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::poll_depth;
+
+    #[test]
+    fn polls_deeper_where_idle_cpus_may_halt() {
+        assert_eq!(poll_depth(Some(0)), 8);
+        assert_eq!(poll_depth(None), 32);
+        assert_eq!(poll_depth(Some(1)), 32, "a limit above 0 still lets a CPU halt");
+    }
 }

@@ -5,7 +5,7 @@ use super::output::OutputArgs;
 use super::{EXIT_ERROR, EXIT_OK};
 use anyhow::{bail, Context};
 use blkalign::bench::{self, plan, rng::Rng, safety, stats, CellResult, Mode, Phase, Plan};
-use blkalign::bench::{Progress, Report, Span};
+use blkalign::bench::{cpu_latency::CpuLatency, Progress, Report, Span};
 use blkalign::device::{self, SysRoot};
 use blkalign::report::table::{Column, Kind, Units};
 use blkalign::units::{size_arg, SIZE_SYNTAX};
@@ -92,11 +92,19 @@ pub struct Args {
     yes: bool,
 
     /// How requests are issued: psync (one pwrite/pread at a time, as fio's
-    /// psync) or io_uring (up to --iodepth in flight; up to depth 32 it
-    /// polls for a completion for up to 100 µs before sleeping, so that the
-    /// wakeup is not timed as the device's).
+    /// psync) or io_uring (up to --iodepth in flight; up to depth 8, or 32
+    /// when no CPU latency limit of 0 is in force, it polls for a completion
+    /// for up to 100 µs before sleeping, so that the wakeup is not timed as
+    /// the device's).
     #[arg(long, value_enum, default_value_t = EngineArg::Psync)]
     engine: EngineArg,
+
+    /// Hold the CPU latency limit (/dev/cpu_dma_latency) at USEC
+    /// microseconds while timing, so that idle CPUs wake at once for a
+    /// completion instead of from a deep sleep, as cyclictest does; `off`
+    /// leaves power management alone. Needs root [default: 0].
+    #[arg(long, value_name = "USEC|off", value_parser = cpu_latency_arg)]
+    cpu_latency: Option<CpuLatencyArg>,
 
     /// io_uring: requests in flight at once [default: 1].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -135,7 +143,11 @@ SIZE is {SIZE_SYNTAX}.
 
 Writes put back the bytes read there just before (untimed), so no data
 changes, even when Ctrl-C ends the run (it ends at once; exit status 130 in a
-shell). On a terminal, stderr shows a progress bar with an ETA."
+shell). On a terminal, stderr shows a progress bar with an ETA.
+
+While timing, bench holds the CPU latency limit at 0 µs (as root): idle CPUs
+poll instead of sleeping, so that waking one is not timed as the device's
+latency. --cpu-latency off leaves power management as it is."
     )
 }
 
@@ -177,9 +189,11 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let total = plan.cells.iter().map(|c| c.positions.len() as u64).sum();
     let first = if mode == Mode::Write { Phase::Backup } else { Phase::Timed };
     let progress = Progress::new(total, first);
+    let held = hold_cpu_latency(args.cpu_latency);
     let report = with_progress(&progress, "requests", || {
         bench::run(&file, &plan, mode, engine, &mut rng, &progress)
     })?;
+    drop(held);
     if let Some(path) = &args.svg {
         std::fs::write(path, bench::svg::render(&report.results))
             .with_context(|| format!("writing {}", path.display()))?;
@@ -193,6 +207,38 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         }
     }
     Ok(EXIT_OK)
+}
+
+/// `--cpu-latency`: a limit in microseconds, or None for `off`.
+#[derive(Clone, Copy, Debug)]
+struct CpuLatencyArg(Option<u32>);
+
+fn cpu_latency_arg(text: &str) -> Result<CpuLatencyArg, String> {
+    if text == "off" {
+        return Ok(CpuLatencyArg(None));
+    }
+    match text.parse::<u32>() {
+        Ok(us) if i32::try_from(us).is_ok() => Ok(CpuLatencyArg(Some(us))),
+        _ => Err("expected microseconds (0 to 2147483647) or `off`".into()),
+    }
+}
+
+/// Holds the limit asked for, if any (0 unless told). The run goes on
+/// without it, its summary saying so; a warning when one was asked for
+/// by name, or when root is refused.
+fn hold_cpu_latency(asked: Option<CpuLatencyArg>) -> Option<CpuLatency> {
+    let us = asked.unwrap_or(CpuLatencyArg(Some(0))).0?;
+    CpuLatency::hold(us)
+        .map_err(|e| {
+            if asked.is_none() && e.kind() == std::io::ErrorKind::PermissionDenied {
+                return;
+            }
+            eprintln!(
+                "blkalign: warning: CPU latency limit not held (/dev/cpu_dma_latency: {e}); \
+                 the wakeups of idle CPUs are timed with the device"
+            )
+        })
+        .ok()
 }
 
 /// Options the chosen pattern or engine would not use: an error rather
@@ -379,6 +425,11 @@ fn summary(report: &Report, units: Units) -> String {
         "{requests} requests in {:.2} s at depth {} ({}): {:.1} IOPS overall\n",
         report.wall_s, report.iodepth, report.engine, report.throughput_iops
     );
+    out += &match report.cpu_latency_us {
+        Some(us) => format!("CPU latency limit: {us} µs, keeping idle CPUs out of deep sleep\n"),
+        None => "no CPU latency limit: the wakeups of idle CPUs are timed too (--cpu-latency)\n"
+            .to_string(),
+    };
     for r in &report.ratios {
         out += &format!(
             "size {}: offset {} is {:.2}× slower than offset {} (median latency)\n",
