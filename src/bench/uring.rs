@@ -72,7 +72,9 @@ const POLL: Duration = Duration::from_micros(100);
 /// the kernel's completion work. Where idle CPUs only poll (a limit of 0,
 /// as bench holds by default) a wakeup is cheap, and at depth 32 polling
 /// gives 0.9 × the sleeping rate; where they halt, it gives 1.2 × (two
-/// virtual CPUs; see docs/performance.md).
+/// virtual CPUs; see docs/performance.md). Both depths come from that one
+/// machine, and a limit of 0 is taken to mean polling idle CPUs, which
+/// holds wherever a cpuidle driver honours it.
 fn poll_depth(cpu_latency_us: Option<u32>) -> usize {
     if cpu_latency_us == Some(0) {
         8

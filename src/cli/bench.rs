@@ -100,9 +100,10 @@ pub struct Args {
     engine: EngineArg,
 
     /// Hold the CPU latency limit (/dev/cpu_dma_latency) at USEC
-    /// microseconds while timing, so that idle CPUs wake at once for a
-    /// completion instead of from a deep sleep, as cyclictest does; `off`
-    /// leaves power management alone. Needs root [default: 0].
+    /// microseconds while the run lasts, so that idle CPUs wake at once for
+    /// a completion instead of from a deep sleep, as cyclictest does (at 0
+    /// every CPU polls: more power for the run); `off` leaves power
+    /// management alone. Needs root [default: 0].
     #[arg(long, value_name = "USEC|off", value_parser = cpu_latency_arg)]
     cpu_latency: Option<CpuLatencyArg>,
 
@@ -145,7 +146,7 @@ Writes put back the bytes read there just before (untimed), so no data
 changes, even when Ctrl-C ends the run (it ends at once; exit status 130 in a
 shell). On a terminal, stderr shows a progress bar with an ETA.
 
-While timing, bench holds the CPU latency limit at 0 µs (as root): idle CPUs
+While it runs, bench holds the CPU latency limit at 0 µs (as root): idle CPUs
 poll instead of sleeping, so that waking one is not timed as the device's
 latency. --cpu-latency off leaves power management as it is."
     )
@@ -223,14 +224,14 @@ fn cpu_latency_arg(text: &str) -> Result<CpuLatencyArg, String> {
     }
 }
 
-/// Holds the limit asked for, if any (0 unless told). The run goes on
-/// without it, its summary saying so; a warning when one was asked for
-/// by name, or when root is refused.
+/// Holds the limit asked for, if any (0 unless told), for the whole run.
+/// The run goes on without it, its summary saying so; a warning only when
+/// a limit was asked for by name.
 fn hold_cpu_latency(asked: Option<CpuLatencyArg>) -> Option<CpuLatency> {
     let us = asked.unwrap_or(CpuLatencyArg(Some(0))).0?;
     CpuLatency::hold(us)
         .map_err(|e| {
-            if asked.is_none() && e.kind() == std::io::ErrorKind::PermissionDenied {
+            if asked.is_none() {
                 return;
             }
             eprintln!(
@@ -426,7 +427,8 @@ fn summary(report: &Report, units: Units) -> String {
         report.wall_s, report.iodepth, report.engine, report.throughput_iops
     );
     out += &match report.cpu_latency_us {
-        Some(us) => format!("CPU latency limit: {us} µs, keeping idle CPUs out of deep sleep\n"),
+        Some(0) => "CPU latency limit: 0 µs, idle CPUs polling\n".to_string(),
+        Some(us) => format!("CPU latency limit: {us} µs\n"),
         None => "no CPU latency limit: the wakeups of idle CPUs are timed too (--cpu-latency)\n"
             .to_string(),
     };
