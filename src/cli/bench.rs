@@ -229,17 +229,18 @@ fn cpu_latency_arg(text: &str) -> Result<CpuLatencyArg, String> {
 /// a limit was asked for by name.
 fn hold_cpu_latency(asked: Option<CpuLatencyArg>) -> Option<CpuLatency> {
     let us = asked.unwrap_or(CpuLatencyArg(Some(0))).0?;
-    CpuLatency::hold(us)
-        .map_err(|e| {
-            if asked.is_none() {
-                return;
+    match CpuLatency::hold(us) {
+        Ok(held) => Some(held),
+        Err(e) => {
+            if asked.is_some() {
+                eprintln!(
+                    "blkalign: warning: CPU latency limit not held (/dev/cpu_dma_latency: {e}); \
+                     the wakeups of idle CPUs are timed with the device"
+                );
             }
-            eprintln!(
-                "blkalign: warning: CPU latency limit not held (/dev/cpu_dma_latency: {e}); \
-                 the wakeups of idle CPUs are timed with the device"
-            )
-        })
-        .ok()
+            None
+        }
+    }
 }
 
 /// Options the chosen pattern or engine would not use: an error rather
