@@ -263,6 +263,7 @@ impl Drop for Mount {
 }
 
 pub mod emulate;
+pub mod lab;
 
 /// Check `json` against `docs/schema/NAME.schema.json` with Debian's
 /// python3-jsonschema, an independent validator (draft 2020-12).

@@ -1,0 +1,36 @@
+# Sourced in the kernel lab's guest (scripts/kernel-lab) before the command:
+# the modules the checks use, and helpers to find disks and report results.
+
+modprobe -q loop 2>/dev/null || true
+for m in dm-mod dm-log-writes dm-crypt md-mod raid1 raid0; do modprobe -q "$m" 2>/dev/null || true; done
+export LVM_SUPPRESS_FD_WARNINGS=1
+# LVM and mdadm want somewhere to write; the root is read-only.
+mkdir -p /tmp/lvm-run /tmp/lvm-cache
+export LVM_SYSTEM_DIR=/etc/lvm
+
+# lab_serial DEV: the serial the disk /dev/DEV was attached with, read as
+# each driver shows it in sysfs (NVMe and virtio-blk: a serial file; SCSI
+# and ATA: VPD page 0x80; USB: the USB device's iSerial).
+lab_serial() {
+  local sys=/sys/block/$1 dir
+  if [ -r "$sys/serial" ]; then cat "$sys/serial"; return; fi
+  if [ -r "$sys/device/serial" ]; then tr -d ' ' <"$sys/device/serial"; return; fi
+  if [ -r "$sys/device/vpd_pg80" ]; then tail -c +5 "$sys/device/vpd_pg80" | tr -d '\0 '; return; fi
+  dir=$(readlink -f "$sys/device")
+  while [ "$dir" != / ]; do
+    if [ -r "$dir/serial" ]; then cat "$dir/serial"; return; fi
+    dir=$(dirname "$dir")
+  done
+}
+
+# lab_disk SERIAL: the /dev node of the disk attached with SERIAL.
+lab_disk() {
+  local b
+  for b in /sys/block/*; do
+    b=${b##*/}
+    if [ "$(lab_serial "$b" 2>/dev/null)" = "$1" ]; then echo "/dev/$b"; return 0; fi
+  done
+  echo "lab_disk: no disk with serial $1" >&2
+  return 1
+}
+export -f lab_serial lab_disk

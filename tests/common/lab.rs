@@ -1,0 +1,100 @@
+//! The kernel lab (scripts/kernel-lab, docs/kernel-lab.md): a distro kernel
+//! booted in QEMU with the disks a test attaches, running a guest script of
+//! tests/lab/ that writes JSON files to a directory the test then reads.
+
+use super::needs;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// True when the lab can boot; otherwise says why (and fails under strict).
+pub fn ready() -> bool {
+    let tools = ["vng", "qemu-system-x86_64", "busybox", "jq", "sfdisk", "parted"];
+    if !needs(true, &tools) {
+        return false;
+    }
+    let kernel = std::fs::read_dir("/boot")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| e.file_name().to_string_lossy().starts_with("vmlinuz-"));
+    let reason = "needs a kernel image in /boot (apt-get install linux-image-amd64)";
+    assert!(kernel || !super::strict(), "BLKALIGN_TEST_STRICT=1 and this test {reason}");
+    if !kernel {
+        eprintln!("skipped: this test {reason}");
+    }
+    kernel
+}
+
+/// A working directory the guest can see: under target/ (the guest sees
+/// the host's root read-only, and `rw/` read-write).
+pub struct Dir {
+    tmp: tempfile::TempDir,
+}
+
+impl Dir {
+    pub fn new() -> Dir {
+        let tmp = tempfile::Builder::new()
+            .prefix("kernel-lab-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir");
+        std::fs::create_dir(tmp.path().join("rw")).expect("rw directory");
+        Dir { tmp }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// Where the guest writes its results.
+    pub fn rw(&self) -> PathBuf {
+        self.tmp.path().join("rw")
+    }
+
+    /// A sparse raw image of `size` bytes.
+    pub fn image(&self, name: &str, size: u64) -> PathBuf {
+        let path = self.tmp.path().join(name);
+        let f = std::fs::File::create(&path).expect("create image");
+        f.set_len(size).expect("size image");
+        path
+    }
+
+    /// Every JSON file the guest wrote, by file stem.
+    pub fn results(&self) -> Vec<(String, Value)> {
+        let mut out: Vec<(String, Value)> = std::fs::read_dir(self.rw())
+            .expect("read results")
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .map(|e| {
+                let text = std::fs::read_to_string(e.path()).expect("read result");
+                let value = serde_json::from_str(&text)
+                    .unwrap_or_else(|err| panic!("{}: {err}: {text}", e.path().display()));
+                (e.path().file_stem().unwrap_or_default().to_string_lossy().into_owned(), value)
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}
+
+/// Boot the lab with `disks` (DRIVER:LOGICAL:PHYSICAL:IMAGE:SERIAL) and run
+/// tests/lab/`script` with `args` in the guest; panics with the guest's
+/// output unless it exits 0. $BLKALIGN is the binary under test.
+pub fn run(dir: &Dir, disks: &[String], script: &str, args: &[String]) -> String {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut cmd = Command::new(format!("{root}/scripts/kernel-lab"));
+    cmd.args(["--rw", dir.rw().to_str().expect("utf-8 path")]);
+    for disk in disks {
+        cmd.args(["--disk", disk]);
+    }
+    cmd.args(["--", "env", concat!("BLKALIGN=", env!("CARGO_BIN_EXE_blkalign")), "bash"]);
+    cmd.arg(format!("{root}/tests/lab/{script}"));
+    cmd.args(args);
+    let started = std::time::Instant::now();
+    let out = cmd.output().expect("run scripts/kernel-lab");
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    println!("kernel lab: {script} took {:.0} s", started.elapsed().as_secs_f64());
+    assert!(out.status.success(), "kernel lab {script} exited {}:\n{text}", out.status);
+    text
+}
