@@ -235,7 +235,7 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
         }
     };
     if file.is_ok() && target.kind == TargetKind::Disk {
-        check_kernel_view(&mut audit, &found, root, target, logical);
+        check_kernel_view(&mut audit, &found, root, target, &topology);
     }
     if let Ok(file) = &file {
         check_unfinished_move(&mut audit, root, target, &topology, file);
@@ -348,27 +348,22 @@ fn kernel_partitions(root: &SysRoot, target: &Target, logical: u64) -> Vec<Parti
 }
 
 /// Compare the table on the medium with what the kernel is using: they
-/// differ after an edit the kernel has not re-read.
+/// differ after an edit the kernel has not re-read. What the kernel's own
+/// rules leave out of a table it has read is no such difference.
 fn check_kernel_view(
     audit: &mut DiskAudit,
     found: &[Partition],
     root: &SysRoot,
     target: &Target,
-    logical: u64,
+    topology: &Topology,
 ) {
     let Some(name) = &target.name else { return };
     if !matches!(audit.table, TableState::Mbr | TableState::Gpt) {
         return;
     }
-    let (extended, data): (Vec<&Partition>, Vec<&Partition>) =
-        found.iter().partition(|p| p.kind == PartKind::Extended);
-    let mut ours: Vec<(u32, u64, u64)> = data
-        .iter()
-        .filter_map(|p| {
-            Some((p.number, p.start.checked_mul(logical)?, p.size.checked_mul(logical)?))
-        })
-        .collect();
-    let extended: Vec<u32> = extended.iter().map(|p| p.number).collect();
+    let extended: Vec<u32> =
+        found.iter().filter(|p| p.kind == PartKind::Extended).map(|p| p.number).collect();
+    let mut ours = kernel_would_make(audit, found, topology);
     let mut kernel: Vec<(u32, u64, u64)> = device::kernel_partitions(root, name)
         .into_iter()
         .filter(|k| !extended.contains(&k.number))
@@ -390,6 +385,41 @@ fn check_kernel_view(
             .to_string()
     };
     audit.problems.push(Problem::new("kernel_differs", message));
+}
+
+/// The data partitions (number, start, size in bytes) the kernel makes of
+/// this table, checked against Linux 6.1 in the kernel lab: none of a GPT
+/// it ignores unbooted with `gpt` (block/partitions/efi.c,
+/// find_valid_gpt); no GPT entry that ends past the last LBA (efi.c,
+/// is_pte_valid); no MBR partition that starts past the end, and one that
+/// ends past it cut there (block/partitions/core.c, blk_add_partition).
+fn kernel_would_make(
+    audit: &DiskAudit,
+    found: &[Partition],
+    topology: &Topology,
+) -> Vec<(u32, u64, u64)> {
+    const IGNORED_GPT: [&str; 3] =
+        ["gpt_primary_invalid", "gpt_ignored_by_linux", "gpt_without_protective_mbr"];
+    let gpt = audit.table == TableState::Gpt;
+    if gpt && audit.problems.iter().any(|p| IGNORED_GPT.contains(&p.code)) {
+        return Vec::new();
+    }
+    let logical = topology.logical_sector_size.value;
+    let disk = topology.size_bytes;
+    found
+        .iter()
+        .filter(|p| p.kind != PartKind::Extended)
+        .filter_map(|p| {
+            let start = p.start.checked_mul(logical)?;
+            let size = p.size.checked_mul(logical)?;
+            let past_end = start.checked_add(size)? > disk;
+            match (start < disk, past_end, gpt) {
+                (false, _, _) | (true, true, true) => None,
+                (true, true, false) => Some((p.number, start, disk - start)),
+                (true, false, _) => Some((p.number, start, size)),
+            }
+        })
+        .collect()
 }
 
 fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, selected: Option<u32>) {

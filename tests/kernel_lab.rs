@@ -96,7 +96,7 @@ fn check_disk(label: &str, r: &Value) -> Vec<String> {
     if !t["error"].is_null() || r["audit_exit"] != u64::from(misaligned) {
         out.push(format!(
             "audit exit {}, error {}, stderr {}",
-            r["audit_exit"], t["error"], r["audit_stderr"]
+            r["audit_exit"], t["error"], r["stderr"]
         ));
     }
     // (blkalign's field, its source field, the kernel's field)

@@ -31,7 +31,7 @@
 mod common;
 
 use common::corpus::{self, Dev, View};
-use common::{blkalign, needs, parted_aligned};
+use common::{blkalign, lab, needs, parted_aligned};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -519,4 +519,128 @@ fn blkalign_reads_disks_as_linux_does() {
         cases.len(),
         failed.join("\n")
     );
+}
+
+/// The same corpus on the real kernel (tests/common/lab.rs): each image on
+/// a loop device with partition scanning, so the kernel's own parsers
+/// (block/partitions/msdos.c, efi.c) make its partitions; blkalign's audit
+/// of that loop device lists the same ones, except where one of its
+/// problems says why the kernel's differ, and never blames a difference on
+/// a table the kernel has not re-read: it has just read it.
+#[test]
+fn the_kernel_reads_disks_as_blkalign_does() {
+    if !needs(
+        true,
+        &["sfdisk", "sgdisk", "parted", "xorriso", "mkfs.vfat", "mkfs.exfat", "mkntfs", "pvcreate"],
+    ) || !lab::ready()
+    {
+        return;
+    }
+    let dir = lab::Dir::new();
+    let corpus = dir.path().join("corpus");
+    let cases = cases();
+    for case in &cases {
+        let case_dir = corpus.join(&case.name);
+        std::fs::create_dir_all(&case_dir).expect("case directory");
+        let built = corpus::build(&case_dir, case.dev, &case.steps)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+        std::fs::write(case_dir.join("sector"), built.sector.to_string()).expect("sector file");
+    }
+    let args = [corpus.display().to_string(), dir.rw().display().to_string()];
+    lab::run(&dir, &[], "tables.sh", &args);
+    let results: std::collections::HashMap<String, Value> = dir.results().into_iter().collect();
+    let mut failed = Vec::new();
+    for case in &cases {
+        let mismatches = match results.get(&case.name) {
+            Some(r) => kernel_mismatches(r),
+            None => vec!["the guest wrote no result".to_string()],
+        };
+        let r = results.get(&case.name).unwrap_or(&Value::Null);
+        let verdict = if mismatches.is_empty() { "ok" } else { "MISMATCH" };
+        println!("{verdict:<8} {}: kernel {}", case.name, r["kernel"]);
+        if !mismatches.is_empty() {
+            failed.push(format!("{}:\n    {}", case.name, mismatches.join("\n    ")));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} cases disagree with the kernel:\n{}",
+        failed.len(),
+        cases.len(),
+        failed.join("\n")
+    );
+}
+
+/// Problems that say the kernel ignores a GPT (it is booted without `gpt`).
+const KERNEL_IGNORES_GPT: &[&str] =
+    &["gpt_primary_invalid", "gpt_ignored_by_linux", "gpt_without_protective_mbr"];
+
+/// How the kernel's partitions (sysfs) differ from what blkalign's audit
+/// of the same loop device says the kernel should have.
+fn kernel_mismatches(r: &Value) -> Vec<String> {
+    if !r["error"].is_null() {
+        return vec![format!("the guest could not attach it: {}", r["stderr"])];
+    }
+    let t = &r["audit"]["targets"][0];
+    let codes: Vec<&str> =
+        t["problems"].as_array().into_iter().flatten().filter_map(|p| p["code"].as_str()).collect();
+    let mut out = Vec::new();
+    if codes.contains(&"kernel_differs") {
+        out.push(format!("blkalign says the kernel has not re-read the table: {}", t["problems"]));
+    }
+    let mut kernel: Vec<(u64, u64, u64)> = r["kernel"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| {
+            (
+                k[0].as_u64().unwrap_or(0),
+                k[1].as_u64().unwrap_or(0) * 512,
+                k[2].as_u64().unwrap_or(0) * 512,
+            )
+        })
+        .collect();
+    kernel.sort_unstable();
+    if codes.contains(&"kernel_reads_boot_code") {
+        if kernel.is_empty() {
+            out.push("kernel_reads_boot_code, but the kernel made no partition".to_string());
+        }
+        return out;
+    }
+    let expected = if codes.iter().any(|c| KERNEL_IGNORES_GPT.contains(c)) {
+        Vec::new()
+    } else {
+        kernel_view(t, r["size_512"].as_u64().unwrap_or(0) * 512)
+    };
+    if kernel != expected {
+        out.push(format!(
+            "the kernel has {kernel:?}, blkalign expects {expected:?} (problems {codes:?})"
+        ));
+    }
+    out
+}
+
+/// The partitions (number, start, length in bytes) the kernel makes of
+/// blkalign's reading: an extended partition is a node of max(1 KiB, one
+/// sector) (msdos.c), a GPT entry ending past the last LBA is dropped
+/// (efi.c, is_pte_valid), any other start past the end is dropped and an
+/// end past it cut (block/partitions/core.c, blk_add_partition).
+fn kernel_view(t: &Value, disk: u64) -> Vec<(u64, u64, u64)> {
+    let ss = t["logical_sector_size"].as_u64().unwrap_or(0);
+    let gpt = t["table"] == "gpt";
+    let mut parts: Vec<(u64, u64, u64)> = t["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            let start = p["start"].as_u64()? * ss;
+            let size = p["size"].as_u64()? * ss;
+            let len = if p["kind"] == "extended" { size.min(ss.max(1024)) } else { size };
+            let past_end = start + size > disk;
+            let dropped = start >= disk || (past_end && gpt);
+            (!dropped).then(|| (p["number"].as_u64().unwrap_or(0), start, len.min(disk - start)))
+        })
+        .collect();
+    parts.sort_unstable();
+    parts
 }

@@ -59,7 +59,8 @@ impl Dir {
         path
     }
 
-    /// Every JSON file the guest wrote, by file stem.
+    /// Every JSON file the guest wrote, by file stem, with the text of the
+    /// .err file beside it as "stderr".
     pub fn results(&self) -> Vec<(String, Value)> {
         let mut out: Vec<(String, Value)> = std::fs::read_dir(self.rw())
             .expect("read results")
@@ -67,8 +68,10 @@ impl Dir {
             .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
             .map(|e| {
                 let text = std::fs::read_to_string(e.path()).expect("read result");
-                let value = serde_json::from_str(&text)
+                let mut value: Value = serde_json::from_str(&text)
                     .unwrap_or_else(|err| panic!("{}: {err}: {text}", e.path().display()));
+                let err = std::fs::read_to_string(e.path().with_extension("err"));
+                value["stderr"] = Value::String(err.unwrap_or_default());
                 (e.path().file_stem().unwrap_or_default().to_string_lossy().into_owned(), value)
             })
             .collect();

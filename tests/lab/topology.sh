@@ -5,7 +5,7 @@
 # partitions at 63, 64 and 2048 as the kernel parsed it (start, size,
 # alignment_offset), parted's align-check min per partition (without -s,
 # which says nothing and exits by the last check alone), and
-# `blkalign audit --json` of the disk.
+# `blkalign audit --json` of the disk (its stderr in OUT/LABEL.err).
 set -euo pipefail
 out=$1
 shift
@@ -34,13 +34,13 @@ record() {
     parts+=" \"alignment_offset\": $(cat "$p/alignment_offset"),"
     parts+=" \"parted_min\": $(grep -qx "$n aligned" <<<"$aligned" && echo true || echo false)}"
   done
-  "$BLKALIGN" audit --json "$dev" >/tmp/audit.json 2>/tmp/audit.err || exit=$?
+  "$BLKALIGN" audit --json "$dev" >/tmp/audit.json 2>"$out/$label.err" || exit=$?
   {
     printf '{"label": "%s", "dev": "%s", "partitions": [%s], "audit_exit": %s,\n' "$label" "$dev" "$parts" "$exit"
     printf '"kernel": {"logical": %s, "physical": %s, "alignment_offset": %s, "minimum_io": %s, "optimal_io": %s},\n' \
       "$(q "$name" logical_block_size)" "$(q "$name" physical_block_size)" \
       "$(cat "/sys/block/$name/alignment_offset")" "$(q "$name" minimum_io_size)" "$(q "$name" optimal_io_size)"
-    printf '"audit_stderr": %s, "audit": ' "$(jq -Rs . </tmp/audit.err)"
+    printf '"audit": '
     cat /tmp/audit.json
     printf '}\n'
   } >"$out/$label.json"

@@ -1,0 +1,42 @@
+# Kernel lab, the kernel judges the tables (run by tests/linux_view.rs in the
+# guest). Usage: tables.sh CORPUS OUT: for each CORPUS/CASE/disk.img, with
+# its logical sector size in CORPUS/CASE/sector, attach it read-only on a
+# loop device with partition scanning (the kernel's own parsers read the
+# table) and write OUT/CASE.json: the partitions the kernel made (sysfs, in
+# 512-byte units) and `blkalign audit --json` of the loop device (its
+# stderr in OUT/CASE.err). Two cases at a time: every exec is slow under
+# TCG.
+set -euo pipefail
+corpus=$1 out=$2
+
+one() {
+  local dir=$1 case dev name parts="" p exit=0
+  case=$(basename "$dir")
+  if ! dev=$(losetup -r -P -f --show -b "$(cat "$dir/sector")" "$dir/disk.img" 2>"$out/$case.err"); then
+    echo '{"error": "losetup failed"}' >"$out/$case.json"
+    return
+  fi
+  name=${dev#/dev/}
+  for p in /sys/block/"$name"/"$name"p*; do
+    [ -e "$p/partition" ] || continue
+    parts+="${parts:+,}[$(<"$p/partition"), $(<"$p/start"), $(<"$p/size")]"
+  done
+  "$BLKALIGN" audit --json "$dev" >"/tmp/$case.audit" 2>"$out/$case.err" || exit=$?
+  [ -s "/tmp/$case.audit" ] || echo null >"/tmp/$case.audit"
+  {
+    printf '{"dev": "%s", "size_512": %s, "kernel": [%s], "audit_exit": %s, "audit": ' \
+      "$dev" "$(<"/sys/block/$name/size")" "$parts" "$exit"
+    cat "/tmp/$case.audit"
+    printf '}\n'
+  } >"$out/$case.json"
+  losetup -d "$dev"
+}
+
+cases=("$corpus"/*/) pids=()
+for worker in 0 1; do
+  (
+    for ((i = worker; i < ${#cases[@]}; i += 2)); do one "${cases[i]}"; done
+  ) &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid"; done
