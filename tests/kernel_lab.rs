@@ -168,3 +168,137 @@ fn check_disk(label: &str, r: &Value) -> Vec<String> {
     }
     out
 }
+
+/// Writers on a real kernel: `partition --yes` on a blank 512e and a 4Kn
+/// disk, and `realign --yes` of a primary and a logical partition holding
+/// an ext4: afterwards the kernel's partitions (sysfs) are the new table's
+/// without a reboot, the moved bytes are the same, e2fsck is clean and
+/// audit agrees. Then every kind of use refuses both writers, dry run and
+/// --yes alike, and the disk's SHA-256 is unchanged.
+#[test]
+fn writers_update_the_kernel_and_refuse_disks_in_use() {
+    if !lab::ready()
+        || !common::needs(
+            true,
+            &[
+                "mkfs.ext4",
+                "e2fsck",
+                "sgdisk",
+                "mdadm",
+                "cryptsetup",
+                "pvcreate",
+                "mkswap",
+                "python3",
+            ],
+        )
+    {
+        return;
+    }
+    let dir = lab::Dir::new();
+    let disks = [("virtio", 512, "d512"), ("virtio", 4096, "d4kn"), ("scsi", 512, "busy")].map(
+        |(driver, logical, serial)| {
+            let image = dir.image(&format!("{serial}.img"), 256 << 20);
+            format!("{driver}:{logical}:4096:{}:{serial}", image.display())
+        },
+    );
+    let args = [dir.rw().display().to_string(), "d512".into(), "d4kn".into(), "busy".into()];
+    lab::run(&dir, &disks, "writers.sh", &args);
+    let results: std::collections::HashMap<String, Value> = dir.results().into_iter().collect();
+    let mut failures = Vec::new();
+    for (name, r) in &results {
+        let mismatches =
+            if name.starts_with("refuse-") { check_refusal(r) } else { check_written(r) };
+        println!("{:<8} {name}", if mismatches.is_empty() { "ok" } else { "MISMATCH" });
+        for m in &mismatches {
+            println!("  ✗ {m}");
+        }
+        if !mismatches.is_empty() {
+            failures.push(format!(
+                "{name}: {}\n    stderr: {}",
+                mismatches.join("; "),
+                r["stderr"]
+            ));
+        }
+    }
+    assert_eq!(results.len(), 11, "steps missing: {:?}", results.keys().collect::<Vec<_>>());
+    assert!(failures.is_empty(), "{} steps went wrong:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// After a write: the kernel has exactly the table sfdisk reads, and for a
+/// move the bytes arrived intact at an aligned start.
+fn check_written(r: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if r["exit"] != 0 {
+        out.push(format!("the writer exited {}", r["exit"]));
+    }
+    let sector = r["sfdisk"]["partitiontable"]["sectorsize"].as_u64().unwrap_or(512);
+    let mut table: Vec<(u64, u64, u64)> = r["sfdisk"]["partitiontable"]["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            // The number is the node's trailing digits (sda5, nvme0n1p5).
+            let node = p["node"].as_str()?;
+            let number: u64 = node.rsplit(|c: char| !c.is_ascii_digit()).next()?.parse().ok()?;
+            let extended = ["5", "f", "85"].contains(&p["type"].as_str()?);
+            let size = p["size"].as_u64()? * sector / 512;
+            let size = if extended { size.min((sector / 512).max(2)) } else { size };
+            Some((number, p["start"].as_u64()? * sector / 512, size))
+        })
+        .collect();
+    let mut kernel: Vec<(u64, u64, u64)> = r["kernel"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|k| {
+            (k[0].as_u64().unwrap_or(0), k[1].as_u64().unwrap_or(0), k[2].as_u64().unwrap_or(0))
+        })
+        .collect();
+    kernel.sort_unstable();
+    table.sort_unstable();
+    if table.is_empty() || kernel != table {
+        out.push(format!("the kernel has {kernel:?}, the table {table:?} (512-byte units)"));
+    }
+    if r["audit_exit"] != 0 || !r["audit_problems"].as_array().is_some_and(Vec::is_empty) {
+        out.push(format!("audit exited {} with {}", r["audit_exit"], r["audit_problems"]));
+    }
+    if let Some(n) = r["partition"].as_u64() {
+        if r["sha_before"] != r["sha_after"] {
+            out.push(format!(
+                "partition {n}'s bytes changed: {} -> {}",
+                r["sha_before"], r["sha_after"]
+            ));
+        }
+        if r["fsck"] != 0 {
+            out.push(format!("e2fsck -fn exited {}", r["fsck"]));
+        }
+        match kernel.iter().find(|k| k.0 == n) {
+            Some(k) if k.1 % 8 == 0 => {}
+            other => out
+                .push(format!("the kernel's partition {n} is {other:?}, not at an aligned start")),
+        }
+    }
+    out
+}
+
+/// A disk in use: both writers refuse, dry run and --yes, and not a byte
+/// of the disk changes.
+fn check_refusal(r: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    if r["yes_exit"] != 2 {
+        out.push(format!("{} --yes exited {}, not 2", r["command"], r["yes_exit"]));
+    }
+    if r["dry_exit"] != 2 {
+        out.push(format!(
+            "the dry run {} exited {}, not 2 as --yes does",
+            r["command"], r["dry_exit"]
+        ));
+    }
+    if r["named"] != true {
+        out.push(format!("the refusal does not name {}", r["node"]));
+    }
+    if r["sha_before"] != r["sha_after"] || r["sha_before"].as_str().is_none_or(|s| s.len() != 64) {
+        out.push(format!("the disk changed: {} -> {}", r["sha_before"], r["sha_after"]));
+    }
+    out
+}

@@ -33,4 +33,11 @@ lab_disk() {
   echo "lab_disk: no disk with serial $1" >&2
   return 1
 }
-export -f lab_serial lab_disk
+# lab_settle: wait until udev has handled every event. The guest runs
+# udevd, whose watch rule re-reads a disk's partitions (removing and adding
+# every node) after a writer closes it: sfdisk, parted and blkalign alike.
+lab_settle() {
+  udevadm settle --timeout=30 2>/dev/null || sleep 1
+}
+
+export -f lab_serial lab_disk lab_settle

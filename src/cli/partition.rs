@@ -63,6 +63,8 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
             Ok(file) => warn_lost(&target, &lost_contents(&file, &plan), args.force),
             Err(e) => eprintln!("note: what the partitions hold was not checked ({e})"),
         }
+        // The same refusal --yes would give, so a clean dry run means --yes works.
+        exclusive::check_unused(&root, &target)?;
         eprintln!("dry run: nothing written; add --yes to write this table");
         return Ok(EXIT_OK);
     }

@@ -98,6 +98,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         }
         if !args.yes {
             print_status(&journal, args.json)?;
+            exclusive::check_unused(&disk.root, &disk.target)?;
             eprintln!("dry run: rerun with --yes to finish this move");
             return Ok(EXIT_OK);
         }
@@ -111,7 +112,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     if args.yes {
         disk.move_all(&args, wanted)
     } else {
-        disk.dry_run(&args, wanted)
+        disk.dry_run(&args, &wanted)
     }
 }
 
@@ -288,11 +289,11 @@ impl Disk {
         Ok(placed)
     }
 
-    fn dry_run(&self, args: &Args, wanted: Vec<u32>) -> anyhow::Result<u8> {
+    fn dry_run(&self, args: &Args, wanted: &[u32]) -> anyhow::Result<u8> {
         let layout = self.layout()?;
         let mut report = Vec::new();
         let mut refused = false;
-        for placed in self.place_all(args, &wanted)? {
+        for placed in self.place_all(args, wanted)? {
             let item = match placed {
                 Ok(placement) => self.planned(args, &layout, &placement)?,
                 Err(err @ PlaceError::AlreadyAligned(n, ..)) => {
@@ -312,6 +313,7 @@ impl Disk {
             eprintln!("refused: nothing written");
             return Ok(EXIT_ERROR);
         }
+        self.preflight(args, &wanted)?;
         eprintln!("dry run: nothing written; add --yes to move");
         Ok(EXIT_OK)
     }
@@ -414,15 +416,23 @@ impl Disk {
         }
     }
 
+    /// What --yes refuses before anything is written, the dry run refuses
+    /// too: a journal where a crash would lose it, a disk in use. Returns
+    /// the first journal's path.
+    fn preflight(&self, args: &Args, wanted: &[u32]) -> anyhow::Result<PathBuf> {
+        let first = self.journal_path(args, wanted.first().copied().unwrap_or(1));
+        guard::journal_location(&self.root, &self.target, &first).map_err(anyhow::Error::msg)?;
+        exclusive::check_unused(&self.root, &self.target)?;
+        Ok(first)
+    }
+
     fn move_all(&self, args: &Args, wanted: Vec<u32>) -> anyhow::Result<u8> {
         // Every refusal comes before any journal exists, so none leaves an
         // "unfinished" move behind. All journals of a run share a directory.
-        let first = self.journal_path(args, wanted.first().copied().unwrap_or(1));
+        let first = self.preflight(args, &wanted)?;
         if let Some(dir) = first.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        guard::journal_location(&self.root, &self.target, &first).map_err(anyhow::Error::msg)?;
-        exclusive::check_unused(&self.root, &self.target)?;
         for placed in self.place_all(args, &wanted)? {
             let placement = match placed {
                 Ok(p) => p,

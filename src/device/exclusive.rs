@@ -7,7 +7,7 @@ use super::{Target, TargetKind};
 use rustix::fs::{major, minor, Mode, OFlags};
 use rustix::io::Errno;
 use std::fs::{self, File, Metadata};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -70,11 +70,13 @@ pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveErro
     }
 }
 
-/// Another loop device reading the same file as loop device `name`.
+/// Another loop device reading the same bytes of a file as loop device
+/// `name`.
 fn twin_loop(root: &SysRoot, name: &str) -> Option<AttachedLoop> {
-    let loops = attached_loops(root);
-    let own = loops.iter().find(|l| l.name == name)?.id.map(|(dev, ino, _)| (dev, ino))?;
-    loops.into_iter().find(|l| l.name != name && l.id.is_some_and(|(d, i, _)| (d, i) == own))
+    let mut loops = attached_loops(root);
+    let own = loops.remove(loops.iter().position(|l| l.name == name)?);
+    let file = own.id.map(|(dev, ino, _)| (dev, ino))?;
+    loops.into_iter().find(|l| l.id.is_some_and(|(d, i, _)| (d, i) == file) && l.overlaps(&own))
 }
 
 /// Who uses `nodes`, in words.
@@ -105,17 +107,33 @@ fn user_among(root: &SysRoot, nodes: &[Node], loops: &[AttachedLoop]) -> Option<
             n.name, l.name, l.offset
         ))
     };
+    let swaps = fs::read_to_string("/proc/swaps").unwrap_or_default();
+    let swap = |n: &Node| swap_on(&swaps, &n.dev).then(|| format!("{} is in use as swap", n.name));
     let claim = |n: &Node| {
-        claimed(&root.dev.join(&n.name)).then(|| {
-            format!("{} is open exclusively (swap, a file system or another tool)", n.name)
-        })
+        claimed(&root.dev.join(&n.name))
+            .then(|| format!("{} is open exclusively (a file system or another tool)", n.name))
     };
+    // A claimed partition makes its disk refuse O_EXCL too: ask the
+    // partitions first, so the one in use is named.
     nodes
         .iter()
         .find_map(mount)
         .or_else(|| nodes.iter().find_map(held))
         .or_else(|| nodes.iter().find_map(stacked))
-        .or_else(|| nodes.iter().find_map(claim))
+        .or_else(|| nodes.iter().find_map(swap))
+        .or_else(|| nodes.iter().skip(1).find_map(claim))
+        .or_else(|| nodes.first().and_then(claim))
+}
+
+/// Whether a swap area of /proc/swaps (its first column, a path) is the
+/// block device `dev` ("8:2").
+fn swap_on(swaps: &str, dev: &str) -> bool {
+    swaps.lines().skip(1).filter_map(|l| l.split_whitespace().next()).any(|path| {
+        fs::metadata(path.replace("\\040", " ")).is_ok_and(|m| {
+            m.file_type().is_block_device()
+                && format!("{}:{}", major(m.rdev()), minor(m.rdev())) == dev
+        })
+    })
 }
 
 /// The disk and its partitions, from SYS/block/NAME.
@@ -183,6 +201,8 @@ struct AttachedLoop {
     id: Option<(u64, u64, u64)>,
     /// Bytes skipped at the start of the backing file (`losetup -o`).
     offset: u64,
+    /// Bytes it shows (`losetup --sizelimit`); 0 for up to the file's end.
+    sizelimit: u64,
 }
 
 impl AttachedLoop {
@@ -196,6 +216,16 @@ impl AttachedLoop {
         self.id.is_some_and(|(_, _, rdev)| {
             rdev != 0 && format!("{}:{}", major(rdev), minor(rdev)) == number
         })
+    }
+
+    /// Whether the two show some byte of the file in common: loop devices
+    /// on separate ranges of one file are separate disks.
+    fn overlaps(&self, other: &AttachedLoop) -> bool {
+        let end = |l: &AttachedLoop| match l.sizelimit {
+            0 => u64::MAX,
+            n => l.offset.saturating_add(n),
+        };
+        self.offset < end(other) && other.offset < end(self)
     }
 
     /// " (through PATH)" when attached through another name than `image`:
@@ -227,7 +257,8 @@ fn attached_loops(root: &SysRoot) -> Vec<AttachedLoop> {
         let id =
             by_kernel.or_else(|| fs::metadata(&path).ok().map(|m| (m.dev(), m.ino(), m.rdev())));
         let offset = read_number(&dir.join("offset")).unwrap_or(0);
-        Some(AttachedLoop { name, path, id, offset })
+        let sizelimit = read_number(&dir.join("sizelimit")).unwrap_or(0);
+        Some(AttachedLoop { name, path, id, offset, sizelimit })
     };
     block.flatten().filter_map(attached).collect()
 }
@@ -370,6 +401,23 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         fs::write(dir.join("backing_file"), format!("{}\n", backing.display())).unwrap();
         fs::write(dir.join("offset"), format!("{offset}\n")).unwrap();
+    }
+
+    #[test]
+    fn loops_on_separate_ranges_of_a_file_are_not_twins() {
+        let at = |offset, sizelimit| AttachedLoop {
+            name: String::new(),
+            path: PathBuf::new(),
+            id: Some((1, 2, 0)),
+            offset,
+            sizelimit,
+        };
+        let mib = 1 << 20;
+        assert!(!at(0, 64 * mib).overlaps(&at(64 * mib, 48 * mib)));
+        assert!(!at(64 * mib, 0).overlaps(&at(0, 64 * mib)));
+        assert!(at(0, 64 * mib + 512).overlaps(&at(64 * mib, 48 * mib)));
+        assert!(at(0, 0).overlaps(&at(u64::MAX - 1, 0)));
+        assert!(at(5, 1).overlaps(&at(0, 0)));
     }
 
     #[test]

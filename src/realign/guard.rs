@@ -62,10 +62,18 @@ pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, disk: &Path) -> Option<Strin
 /// target itself (or its partitions), on the image being moved, and on
 /// memory-backed file systems.
 pub fn journal_location(root: &SysRoot, target: &Target, journal: &Path) -> Result<(), String> {
-    let dir = match journal.parent() {
+    let mut dir = match journal.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
+    // A directory still to be made lands on its nearest existing ancestor's
+    // file system: a dry run judges the same place --yes will use.
+    while !dir.exists() {
+        match dir.parent() {
+            Some(up) if !up.as_os_str().is_empty() => dir = up,
+            _ => break,
+        }
+    }
     let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let fs = rustix::fs::statfs(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     const TMPFS: i64 = 0x0102_1994;

@@ -17,16 +17,9 @@ record() {
   local label=$1 dev=$2 name=${2#/dev/} n p parts="" exit=0 aligned
   printf 'label: dos\nstart=63,size=1\nstart=64,size=1984\nstart=2048,size=4096\n' |
     sfdisk -q "$dev" >/dev/null
-  # The partitions as the kernel has them once two reads 0.2 s apart agree
-  # (a disk's first scan may still be replacing them).
-  local seen="" now
-  for n in $(seq 50); do
-    now=$(cat /sys/class/block/"$name"*/start 2>/dev/null | tr '\n' ' ')
-    [ "$now" = "$seen" ] && [ "$(wc -w <<<"$now")" = 3 ] && break
-    seen=$now
-    sleep 0.2
-  done
+  lab_settle
   aligned=$(parted "$dev" align-check min 1 align-check min 2 align-check min 3 </dev/null 2>&1 || true)
+  lab_settle
   for n in 1 2 3; do
     p=/sys/block/$name/$name$n
     [ -d "$p" ] || p=/sys/block/$name/${name}p$n
@@ -72,7 +65,7 @@ for geometry in 512-{0-0,1-{0,1},2-{0..3},3-{0..7}} 4096-{0-0,3-{0,1}}; do
     sleep 0.1
   done
   [ -n "$dev" ] || { echo "scsi_debug made no disk" >&2; exit 1; }
-  sleep 0.5 # sd probes asynchronously: let its first partition scan end
+  lab_settle # sd probes asynchronously: let its first partition scan end
   record "scsi_debug-$geometry" "$dev"
   modprobe -r scsi_debug
   for _ in $(seq 100); do
