@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Seeds for the fuzz targets, from images the peer tools make: the corpus
 # of tests/linux_view.rs (sfdisk, sgdisk, parted, xorriso, mkfs.*,
-# pvcreate: needs root and its test binary), parted's bsd/sun/dvh/mac
-# labels and fdisk's nested BSD label (as tests/schemes_peers.rs makes
+# pvcreate: needs root and its test binary), parted's bsd/sun/dvh/mac/
+# atari/amiga labels and fdisk's nested BSD label (as tests/schemes_peers.rs makes
 # them), mkfs.* file systems, cryptsetup's LUKS1/2, pvcreate/vgcreate/
 # lvcreate on a loop device (root), md superblocks and ZFS labels written
 # as tests/stack_peers.rs writes them, `sfdisk -d` scripts, and the journal
@@ -79,6 +79,8 @@ else
       iso_*) targets="fs $TABLES" ;;
       fat* | exfat* | ntfs* | ext4 | swap) targets="fs $TABLES" ;;
       lvm_*) targets="lvm stack_walk" ;;
+      amiga_* | parted_amiga*) targets="amiga schemes $TABLES" ;;
+      atari_* | parted_atari*) targets="atari schemes $TABLES" ;;
       *) targets="mbr $TABLES" ;;
     esac
     seed "$case" "$img" "$targets" --ss "$ss"
@@ -97,7 +99,9 @@ if needs parted; then
     # Misaligned where the label allows it (sun, amiga, pc98 round to cylinders).
     parted -s -a none $label.img mkpart "${kind[@]}" 18433s 40959s 2>/dev/null ||
       parted -s $label.img mkpart "${kind[@]}" 9MiB 20MiB
-    seed "parted_$label" $label.img "schemes $TABLES"
+    targets="schemes $TABLES"
+    [[ $label == amiga || $label == atari ]] && targets="$label $targets"
+    seed "parted_$label" $label.img "$targets"
   done
 fi
 

@@ -5,9 +5,117 @@
 //! what checks or tunes it in place.
 
 use crate::align::Class;
+use crate::device::{Target, TargetKind};
 use crate::stack::{self, Contents, Details, Kind, Layer, LayerVerdict};
-use crate::table::ReadAt;
+use crate::table::{types, ReadAt};
 use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// A partition as commands name it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Node {
+    /// Its device node: /dev/sdb1, /dev/nvme0n1p1.
+    Device(String),
+    /// Partition `number` of an image file, which has no node until
+    /// `losetup -fP --show` attaches it: commands run on that node.
+    Image { image: PathBuf, number: u32 },
+}
+
+impl Node {
+    /// Partition `number` of `target`.
+    pub fn of(target: &Target, number: u32) -> Node {
+        // The kernel's name, not the path typed (/dev/disk/by-id/... has
+        // "-partN" links, not a digit appended).
+        let path = match &target.name {
+            Some(name) => format!("/dev/{name}"),
+            None => target.path.display().to_string(),
+        };
+        match target.kind {
+            TargetKind::Image => Node::Image { image: target.path.clone(), number },
+            // /dev/nvme0n1 -> /dev/nvme0n1p1, as the kernel names them.
+            _ if path.ends_with(|c: char| c.is_ascii_digit()) => {
+                Node::Device(format!("{path}p{number}"))
+            }
+            _ => Node::Device(format!("{path}{number}")),
+        }
+    }
+
+    /// The node as a command types it: an image's is the shell variable
+    /// [`Node::command`] sets (`${dev}p1`).
+    pub fn shell(&self) -> String {
+        match self {
+            Node::Device(node) => node.clone(),
+            Node::Image { number, .. } => format!("${{dev}}p{number}"),
+        }
+    }
+
+    /// For an image: what attaches it, setting `$dev` for [`Node::shell`].
+    pub fn attach(&self) -> Option<String> {
+        self.losetup().map(|losetup| format!("{losetup} && {PARTX}"))
+    }
+
+    fn losetup(&self) -> Option<String> {
+        match self {
+            Node::Device(_) => None,
+            Node::Image { image, .. } => {
+                Some(format!("dev=$(losetup -fP --show {})", shell_word(image)))
+            }
+        }
+    }
+
+    /// `cmd`, naming the node as [`Node::shell`] does, made runnable as
+    /// typed: for an image, attached first and detached after, whether
+    /// `cmd` succeeds or not, its exit status kept.
+    pub fn command(&self, cmd: &str) -> String {
+        match self.losetup() {
+            None => cmd.to_string(),
+            Some(losetup) => format!(
+                "{losetup} && {{ {PARTX} && {cmd}; ok=$?; losetup -d $dev; test $ok = 0; }}"
+            ),
+        }
+    }
+}
+
+/// Where the kernel has no partition parsers, `losetup -P` makes no
+/// partition nodes: partx adds them (a no-op where it does).
+const PARTX: &str = "partx -u $dev";
+
+/// What prose calls it: the node, or "partition 1 of disk.img".
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Node::Device(node) => f.write_str(node),
+            Node::Image { image, number } => write!(f, "partition {number} of {}", image.display()),
+        }
+    }
+}
+
+/// `path` as one shell word: quoted unless it needs no quoting.
+pub fn shell_word(path: &Path) -> String {
+    let text = path.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        return text;
+    }
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The partition advice is given for.
+#[derive(Clone, Debug)]
+pub struct Partition<'a> {
+    pub node: &'a Node,
+    pub number: u32,
+    /// The disk or image it is on, as `blkalign realign` takes it.
+    pub disk: &'a Path,
+    /// Its type as its table stores it ("0x83" or a GPT type GUID).
+    pub type_id: &'a str,
+    pub start_bytes: u64,
+    pub size_bytes: u64,
+    /// The disk's logical sector, which mkfs.fat counts clusters in.
+    pub logical: u64,
+    /// Bytes its start lies past a physical sector boundary; 0 when aligned.
+    pub misalignment_bytes: u64,
+}
 
 /// What the advice is computed from, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,8 +134,13 @@ pub struct IoSizes {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Advice {
     pub layer: &'static str,
-    /// None when there is nothing to run, only something to know.
+    /// None when there is nothing to run, only something to know. Runnable
+    /// as it is: an image's partition is attached by the command itself.
     pub command: Option<String>,
+    /// For an image's partition: the command as run after
+    /// [`Node::attach`], shorter, for a listing that says that step once.
+    #[serde(skip)]
+    pub attached: Option<String>,
     pub why: String,
     /// Running the command destroys whatever the partition holds.
     pub destroys_data: bool,
@@ -35,16 +148,26 @@ pub struct Advice {
 
 impl Advice {
     fn run(layer: &'static str, command: String, why: String) -> Advice {
-        Advice { layer, command: Some(command), why, destroys_data: false }
+        Advice { layer, command: Some(command), attached: None, why, destroys_data: false }
     }
 
     /// Something to know, with nothing to run.
     fn note(layer: &'static str, why: impl Into<String>) -> Advice {
-        Advice { layer, command: None, why: why.into(), destroys_data: false }
+        Advice { layer, command: None, attached: None, why: why.into(), destroys_data: false }
     }
 
     fn destroys(self) -> Advice {
         Advice { destroys_data: true, ..self }
+    }
+
+    /// Its command, which names `node`, made runnable as typed.
+    fn on(self, node: &Node) -> Advice {
+        match (&self.command, node) {
+            (Some(cmd), Node::Image { .. }) => {
+                Advice { command: Some(node.command(cmd)), attached: Some(cmd.clone()), ..self }
+            }
+            _ => self,
+        }
     }
 }
 
@@ -76,23 +199,29 @@ pub fn holds(dev: &dyn ReadAt, start: u64, sectors: u64, ss: u64, disk_bytes: u6
 
 const FS_BLOCK: u64 = 4096;
 
-/// Advice for a partition node `dev` on disk `disk` (its kernel name) with
-/// `io`, given what the partition holds.
-pub fn advise(dev: &str, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<Advice> {
-    let mut out = match holds {
-        Holds::Nothing => [ext4(dev, io), xfs(dev, io), lvm(dev, io), luks(dev, io), zfs(dev, io)]
-            .into_iter()
-            .map(Advice::destroys)
-            .collect(),
-        Holds::Contents(c) => vec![in_place(dev, io, c)],
-        Holds::Unreadable(e) => vec![Advice::note(
+/// Advice for partition `part` on disk `disk` (its kernel name) with `io`,
+/// given what the partition holds: moving it first when its start is
+/// misaligned, since nothing inside can be aligned before.
+pub fn advise(part: &Partition, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<Advice> {
+    let dev = &part.node.shell();
+    let mut out = Vec::new();
+    match holds {
+        Holds::Nothing => out.extend(empty(part, io).into_iter().map(Advice::destroys)),
+        // Recreating is not the way when moving the partition is.
+        Holds::Contents(c) => out.extend(
+            Some(in_place(dev, io, c)).filter(|a| a.command.is_some() || realign(part).is_none()),
+        ),
+        Holds::Unreadable(e) => out.push(Advice::note(
             "?",
             format!(
                 "could not read it ({e}): check what it holds (`blkid -p {dev}`) before \
                  creating anything on it"
             ),
-        )],
+        )),
     };
+    let mut out: Vec<Advice> = out.into_iter().map(|a| a.on(part.node)).collect();
+    // The move names the disk, not the partition's node.
+    out.splice(0..0, realign(part));
     if io.usb {
         out.push(Advice::run(
             "usb",
@@ -107,13 +236,78 @@ pub fn advise(dev: &str, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<Advice>
 
 const RECREATE: &str = "changing it means recreating it: copy the data off first";
 
-/// What to do about a layer found inside partition `dev` whose verdict is
+/// For a partition starting off a physical boundary: the move that aligns
+/// it, keeping its data.
+fn realign(part: &Partition) -> Option<Advice> {
+    (part.misalignment_bytes > 0).then(|| {
+        Advice::run(
+            "partition",
+            format!("blkalign realign {} {}", shell_word(part.disk), part.number),
+            format!(
+                "partition {} starts {} bytes past a physical sector boundary, and so does \
+                 everything in it: moving it (its data kept) comes first (add --yes to move)",
+                part.number, part.misalignment_bytes
+            ),
+        )
+    })
+}
+
+/// What to create on an empty partition, by its type: a file system for
+/// data, FAT for an ESP, swap for swap, and so on.
+fn empty(part: &Partition, io: &IoSizes) -> Vec<Advice> {
+    let dev = &part.node.shell();
+    match types::name_of(part.type_id) {
+        Some("efi" | "fat32" | "fat32-chs" | "fat16") => vec![vfat(part, io)],
+        Some("swap") => vec![swap(dev, io)],
+        Some("lvm") => vec![lvm(dev, io), luks(dev, io)],
+        Some("luks") => vec![luks(dev, io)],
+        Some("zfs") => vec![zfs(dev, io)],
+        Some("raid") => vec![md(dev, io)],
+        Some("windows") => vec![ntfs(dev, io)],
+        Some("bios-boot") => vec![Advice::note(
+            "bios-boot",
+            "GRUB's core image goes here (grub-install writes it): nothing to create",
+        )],
+        _ => vec![ext4(dev, io), xfs(dev, io), lvm(dev, io), luks(dev, io), zfs(dev, io)],
+    }
+}
+
+/// What to do about a layer found inside partition `part` whose verdict is
 /// not aligned, from what its header says. None for an aligned layer.
-pub fn for_layer(dev: &str, io: &IoSizes, layer: &Layer, verdict: &LayerVerdict) -> Option<Advice> {
+pub fn for_layer(
+    part: &Partition,
+    io: &IoSizes,
+    layer: &Layer,
+    verdict: &LayerVerdict,
+) -> Option<Advice> {
+    layer_fix(part, io, layer, verdict).map(|a| a.on(part.node))
+}
+
+fn layer_fix(
+    part: &Partition,
+    io: &IoSizes,
+    layer: &Layer,
+    verdict: &LayerVerdict,
+) -> Option<Advice> {
     if verdict.verdict == Class::Aligned {
         return None;
     }
+    let dev = &part.node.shell();
     let at = layer.absolute_offset_bytes;
+    let inside = at.checked_sub(part.start_bytes).filter(|b| b % io.physical == 0);
+    if let (Some(inside), false) = (inside, verdict.aligned_physical) {
+        if part.misalignment_bytes > 0 && verdict.finding.is_none() {
+            return Some(Advice::note(
+                layer.name,
+                format!(
+                    "{} is off only because partition {} is: its data sits {inside} bytes into \
+                     the partition, a whole number of physical sectors, so moving the partition \
+                     (blkalign realign) aligns it too",
+                    layer.name, part.number
+                ),
+            ));
+        }
+    }
     let off = if verdict.aligned_physical {
         String::new()
     } else {
@@ -316,6 +510,68 @@ fn luks(dev: &str, io: &IoSizes) -> Advice {
     )
 }
 
+/// FAT32's fewest clusters: below, mkfs.fat makes FAT16 (or FAT12).
+const FAT32_MIN_CLUSTERS: u64 = 65525;
+
+/// FAT with clusters of a whole physical sector, which mkfs.fat aligns to
+/// the partition's start by default; FAT32 (what an ESP should be) when
+/// the partition holds enough such clusters.
+fn vfat(part: &Partition, io: &IoSizes) -> Advice {
+    let dev = part.node.shell();
+    let cluster = io.physical.clamp(FS_BLOCK, 32768).max(part.logical);
+    // Room for the FATs and reserved sectors besides the clusters.
+    let fat32 = part.size_bytes / cluster > FAT32_MIN_CLUSTERS + 1024;
+    let (flag, which) = if fat32 {
+        ("-F 32 ", "FAT32".to_string())
+    } else {
+        ("", format!("too small for FAT32 in {cluster}-byte clusters: mkfs.fat picks FAT16"))
+    };
+    Advice::run(
+        "vfat",
+        format!("mkfs.vfat {flag}-s {} {dev}", cluster / part.logical),
+        format!(
+            "{which}; {cluster}-byte clusters, which mkfs.fat aligns to the partition's start, \
+             so none straddles a physical sector"
+        ),
+    )
+}
+
+fn swap(dev: &str, io: &IoSizes) -> Advice {
+    Advice::run(
+        "swap",
+        format!("mkswap {dev}"),
+        format!(
+            "swap pages are 4096 bytes from the partition's start, so an aligned partition keeps \
+             them on its {}-byte physical sectors; swap has nothing to set",
+            io.physical
+        ),
+    )
+}
+
+/// The data offset of an md member: a whole physical sector and, like
+/// mdadm's default, at least 1 MiB.
+fn md(dev: &str, io: &IoSizes) -> Advice {
+    let offset = lvm_alignment(io).max(io.physical);
+    Advice::run(
+        "md",
+        format!(
+            "mdadm --create /dev/mdN --level=LEVEL --raid-devices=COUNT --data-offset={}K {dev} \
+             OTHER_MEMBERS",
+            offset / 1024
+        ),
+        format!("the array's data starts {offset} bytes in, on the partition's grain"),
+    )
+}
+
+fn ntfs(dev: &str, io: &IoSizes) -> Advice {
+    let cluster = io.physical.clamp(FS_BLOCK, 65536);
+    Advice::run(
+        "ntfs",
+        format!("mkfs.ntfs --fast --cluster-size {cluster} {dev}"),
+        format!("{cluster}-byte clusters from the partition's start, so none straddles a physical sector"),
+    )
+}
+
 fn zfs(dev: &str, io: &IoSizes) -> Advice {
     let ashift = 63 - io.physical.max(4096).leading_zeros();
     Advice::run(
@@ -336,13 +592,31 @@ mod tests {
         IoSizes { physical, minimum_io: min, optimal_io: opt, usb: false }
     }
 
+    /// An aligned Linux partition `dev` of 1 GiB.
+    fn part<'a>(node: &'a Node, type_id: &'a str) -> Partition<'a> {
+        Partition {
+            node,
+            number: 1,
+            disk: Path::new("/dev/sda"),
+            type_id,
+            start_bytes: 1 << 20,
+            size_bytes: 1 << 30,
+            logical: 512,
+            misalignment_bytes: 0,
+        }
+    }
+
+    fn advise_on(dev: &str, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<Advice> {
+        advise(&part(&Node::Device(dev.into()), "0x83"), disk, io, holds)
+    }
+
     fn command(advice: &[Advice], layer: &str) -> String {
         advice.iter().find(|a| a.layer == layer).and_then(|a| a.command.clone()).unwrap()
     }
 
     #[test]
     fn plain_512e_disk() {
-        let a = advise("/dev/sda1", "sda", &io(4096, Some(4096), None), &Holds::Nothing);
+        let a = advise_on("/dev/sda1", "sda", &io(4096, Some(4096), None), &Holds::Nothing);
         assert_eq!(command(&a, "ext4"), "mkfs.ext4 -b 4096 /dev/sda1");
         assert_eq!(command(&a, "xfs"), "mkfs.xfs -s size=4096 /dev/sda1");
         assert_eq!(command(&a, "lvm"), "pvcreate --dataalignment 1024k /dev/sda1");
@@ -354,21 +628,25 @@ mod tests {
 
     #[test]
     fn raid_geometry() {
-        let a =
-            advise("/dev/md0p1", "md0", &io(4096, Some(65536), Some(4 * 65536)), &Holds::Nothing);
+        let a = advise_on(
+            "/dev/md0p1",
+            "md0",
+            &io(4096, Some(65536), Some(4 * 65536)),
+            &Holds::Nothing,
+        );
         assert_eq!(
             command(&a, "ext4"),
             "mkfs.ext4 -b 4096 -E stride=16,stripe-width=64 /dev/md0p1"
         );
         assert_eq!(command(&a, "xfs"), "mkfs.xfs -s size=4096 -d su=65536,sw=4 /dev/md0p1");
         let odd =
-            advise("/dev/md1", "md1", &io(4096, Some(65536), Some(3 * 65536)), &Holds::Nothing);
+            advise_on("/dev/md1", "md1", &io(4096, Some(65536), Some(3 * 65536)), &Holds::Nothing);
         assert_eq!(command(&odd, "lvm"), "pvcreate --dataalignment 192k /dev/md1");
     }
 
     #[test]
     fn big_sectors_and_usb() {
-        let a = advise(
+        let a = advise_on(
             "/dev/sdb1",
             "sdb",
             &IoSizes { usb: true, ..io(8192, None, None) },
@@ -386,11 +664,12 @@ mod tests {
     #[test]
     fn existing_contents_get_nothing_destructive() {
         let raid = io(4096, Some(65536), Some(4 * 65536));
-        let ext = advise("/dev/md0p1", "md0", &raid, &holding(Kind::Ext, "ext4"));
+        let ext = advise_on("/dev/md0p1", "md0", &raid, &holding(Kind::Ext, "ext4"));
         assert_eq!(command(&ext, "ext4"), "tune2fs -E stride=16,stripe_width=64 /dev/md0p1");
-        let plain = advise("/dev/sda1", "sda", &io(4096, None, None), &holding(Kind::Ext, "ext4"));
+        let plain =
+            advise_on("/dev/sda1", "sda", &io(4096, None, None), &holding(Kind::Ext, "ext4"));
         assert_eq!(command(&plain, "ext4"), "tune2fs -l /dev/sda1");
-        let xfs = advise("/dev/md0p1", "md0", &raid, &holding(Kind::Xfs, "xfs"));
+        let xfs = advise_on("/dev/md0p1", "md0", &raid, &holding(Kind::Xfs, "xfs"));
         assert_eq!(command(&xfs, "xfs"), "mount -o sunit=128,swidth=512 /dev/md0p1 MOUNTPOINT");
         for (kind, name) in [
             (Kind::LvmPv, "LVM2_member"),
@@ -399,13 +678,141 @@ mod tests {
             (Kind::Ntfs, "ntfs"),
             (Kind::Md, "linux_raid_member"),
         ] {
-            let a = advise("/dev/sda1", "sda", &raid, &holding(kind, name));
+            let a = advise_on("/dev/sda1", "sda", &raid, &holding(kind, name));
             assert!(a.iter().all(|x| !x.destroys_data), "{name}: {a:?}");
             let text: String = a.iter().filter_map(|x| x.command.clone()).collect();
             assert!(!text.contains("mkfs") && !text.contains("Format") && !text.contains("create"));
         }
-        let unread = advise("/dev/sda1", "sda", &raid, &Holds::Unreadable("EIO".into()));
+        let unread = advise_on("/dev/sda1", "sda", &raid, &Holds::Unreadable("EIO".into()));
         assert!(unread.iter().all(|x| !x.destroys_data && x.command.is_none()));
+    }
+
+    /// Found by a user: empty ESP and swap partitions were offered
+    /// mkfs.ext4, xfs and pvcreate, never mkfs.vfat or mkswap.
+    #[test]
+    fn empty_partitions_get_what_fits_their_type() {
+        let node = Node::Device("/dev/sda1".into());
+        let plain = io(4096, None, None);
+        let layers = |type_id: &str| -> Vec<(&'static str, String)> {
+            let a = advise(&part(&node, type_id), "sda", &plain, &Holds::Nothing);
+            a.into_iter().map(|x| (x.layer, x.command.unwrap_or_default())).collect()
+        };
+        let esp = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
+        assert_eq!(layers(esp), [("vfat", "mkfs.vfat -F 32 -s 8 /dev/sda1".to_string())]);
+        assert_eq!(layers("0xef"), layers(esp));
+        assert_eq!(layers("0x82"), [("swap", "mkswap /dev/sda1".to_string())]);
+        let swap = "0657FD6D-A4AB-43C4-84E5-0933C84B4F4F";
+        assert_eq!(layers(swap), layers("0x82"));
+        let lvm: Vec<_> = layers("0x8e").into_iter().map(|(l, _)| l).collect();
+        assert_eq!(lvm, ["lvm", "luks"]);
+        assert_eq!(layers("0x07")[0].1, "mkfs.ntfs --fast --cluster-size 4096 /dev/sda1");
+        let data: Vec<_> = layers("0x83").into_iter().map(|(l, _)| l).collect();
+        assert_eq!(data, ["ext4", "xfs", "lvm", "luks", "zfs"]);
+        // A small ESP cannot hold FAT32's clusters at 4 KiB; 4Kn counts them in 4096s.
+        let small = Partition { size_bytes: 100 << 20, ..part(&node, esp) };
+        let a = advise(&small, "sda", &plain, &Holds::Nothing);
+        assert_eq!(command(&a, "vfat"), "mkfs.vfat -s 8 /dev/sda1");
+        let native = Partition { logical: 4096, ..part(&node, esp) };
+        let a = advise(&native, "sda", &plain, &Holds::Nothing);
+        assert_eq!(command(&a, "vfat"), "mkfs.vfat -F 32 -s 1 /dev/sda1");
+    }
+
+    /// Found by a user: an image's advice named `/dev/loopXp1`, a node
+    /// nobody has.
+    #[test]
+    fn an_image_is_attached_by_each_command() {
+        let node = Node::Image { image: "old disk.img".into(), number: 2 };
+        let a = advise(&part(&node, "0x83"), "DISK", &io(4096, None, None), &Holds::Nothing);
+        assert_eq!(
+            command(&a, "ext4"),
+            "dev=$(losetup -fP --show 'old disk.img') && { partx -u $dev && mkfs.ext4 -b 4096 \
+             ${dev}p2; ok=$?; losetup -d $dev; test $ok = 0; }"
+        );
+        assert_eq!(node.to_string(), "partition 2 of old disk.img");
+        let at63 = Partition {
+            disk: Path::new("old disk.img"),
+            misalignment_bytes: 3584,
+            ..part(&node, "0x83")
+        };
+        let a = advise(&at63, "DISK", &io(4096, None, None), &Holds::Nothing);
+        assert_eq!(
+            command(&a, "partition"),
+            "blkalign realign 'old disk.img' 1",
+            "the disk's move"
+        );
+        assert_eq!(shell_word(Path::new("a'b")), r"'a'\''b'");
+        assert_eq!(shell_word(Path::new("/tmp/x-1.img")), "/tmp/x-1.img");
+    }
+
+    fn layer(kind: Kind, name: &'static str, at: u64, details: Details) -> Layer {
+        Layer {
+            kind,
+            name,
+            label: None,
+            depth: 0,
+            offset_bytes: 0,
+            absolute_offset_bytes: at,
+            size_bytes: None,
+            unit_bytes: None,
+            details,
+            note: None,
+        }
+    }
+
+    /// Found by a user: a PV, LUKS or NTFS in a partition at LBA 63 got
+    /// pvmove, luksFormat or "fix the layer below", not the move that
+    /// aligns it.
+    #[test]
+    fn a_layer_off_only_because_its_partition_is_gets_realign_first() {
+        let node = Node::Device("/dev/sda1".into());
+        let plain = io(4096, None, None);
+        let at63 =
+            Partition { start_bytes: 63 * 512, misalignment_bytes: 3584, ..part(&node, "0x8e") };
+        let pv = holding(Kind::LvmPv, "LVM2_member");
+        let a = advise(&at63, "sda", &plain, &pv);
+        assert_eq!(a[0].command.as_deref(), Some("blkalign realign /dev/sda 1"));
+        assert!(!a[0].destroys_data);
+        let off = LayerVerdict {
+            aligned_physical: false,
+            aligned_optimal: None,
+            verdict: Class::Misaligned,
+            misalignment_bytes: 3584,
+            cost: None,
+            finding: None,
+        };
+        let pe = Details::LvmPv { pe_start_bytes: 1 << 20, extent_bytes: None, vg: None };
+        let luks = Details::Luks {
+            version: 2,
+            payload_offset_bytes: 16 << 20,
+            sector_bytes: 4096,
+            cipher: None,
+            key_material_end_bytes: None,
+        };
+        let ntfs = Details::Ntfs { sector_bytes: 512, cluster_bytes: 4096 };
+        for (kind, name, inside, details) in [
+            (Kind::LvmPv, "LVM2_member", 1 << 20, pe.clone()),
+            (Kind::Luks, "crypto_LUKS", 16 << 20, luks),
+            (Kind::Ntfs, "ntfs", 0, ntfs),
+        ] {
+            let l = layer(kind, name, 63 * 512 + inside, details);
+            let got = for_layer(&at63, &plain, &l, &off).expect("advice");
+            assert!(got.command.is_none(), "{name}: {got:?}");
+            assert!(got.why.contains("off only because partition 1 is"), "{name}: {got:?}");
+            assert!(got.why.contains("blkalign realign"), "{name}: {got:?}");
+        }
+        // Off inside the partition too: the layer's own fix still follows.
+        let l = layer(Kind::LvmPv, "LVM2_member", 63 * 512 + 1024, pe.clone());
+        let got = for_layer(&at63, &plain, &l, &off).expect("advice");
+        assert_eq!(got.command.as_deref(), Some("pvmove /dev/sda1 NEWPV"));
+        // An aligned partition: no realign, the layer's own fix.
+        let aligned = part(&node, "0x8e");
+        let l = layer(Kind::LvmPv, "LVM2_member", (1 << 20) + 1024, pe);
+        assert!(advise(&aligned, "sda", &plain, &pv).iter().all(|a| a.layer != "partition"));
+        let got = for_layer(&aligned, &plain, &l, &off).expect("advice");
+        assert_eq!(got.command.as_deref(), Some("pvmove /dev/sda1 NEWPV"));
+        // Recreating NTFS is not the way when moving the partition is.
+        let ntfs = advise(&at63, "sda", &plain, &holding(Kind::Ntfs, "ntfs"));
+        assert_eq!(ntfs.len(), 1, "{ntfs:?}");
     }
 
     #[test]

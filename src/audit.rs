@@ -31,6 +31,8 @@ pub enum TableState {
     Sun,
     Sgi,
     Mac,
+    Amiga,
+    Atari,
     /// A scheme recognised but not audited: exit 2.
     Unsupported,
     None,
@@ -47,6 +49,8 @@ impl TableState {
             TableState::Sun => "sun",
             TableState::Sgi => "sgi",
             TableState::Mac => "mac",
+            TableState::Amiga => "amiga",
+            TableState::Atari => "atari",
             TableState::Unsupported => "unsupported",
             TableState::None => "none",
             TableState::Unknown => "unknown",
@@ -63,6 +67,8 @@ impl From<Label> for TableState {
             Label::Sun => TableState::Sun,
             Label::Sgi => TableState::Sgi,
             Label::Mac => TableState::Mac,
+            Label::Amiga => TableState::Amiga,
+            Label::Atari => TableState::Atari,
             Label::Unsupported => TableState::Unsupported,
             Label::None => TableState::None,
         }
@@ -88,6 +94,9 @@ pub struct PartitionAudit {
     pub selected: bool,
     /// What it holds, outermost first, each judged where its data starts.
     pub layers: Vec<LayerAudit>,
+    /// The stacked devices the kernel has open above it (md, device-mapper,
+    /// and what sits on those), each where its bytes land on this disk.
+    pub holders: Vec<OriginAudit>,
 }
 
 impl PartitionAudit {
@@ -105,6 +114,27 @@ pub struct LayerAudit {
     pub layer: Layer,
     #[serde(flatten)]
     pub verdict: LayerVerdict,
+}
+
+/// A way a stacked device (md, device-mapper) reaches a disk under it,
+/// judged against that disk: where the device's byte 0 falls relative to
+/// the disk's physical sectors.
+#[derive(Clone, Debug, Serialize)]
+pub struct OriginAudit {
+    #[serde(flatten)]
+    pub origin: device::Origin,
+    /// The disk's physical sector, as judged (4096 when it claims less,
+    /// unless trusted).
+    pub physical_sector_size: u64,
+    /// The device's alignment offset by this way down: bytes from its
+    /// byte 0 to the first on a physical boundary of the disk. The kernel's
+    /// `alignment_offset` when all ways agree; it says -1 when they do not.
+    pub alignment_offset: Option<u64>,
+    /// None when the mapping is unknown.
+    pub aligned_physical: Option<bool>,
+    /// Bytes past the last physical boundary of the disk.
+    pub misalignment_bytes: Option<u64>,
+    pub verdict: Option<Class>,
 }
 
 /// A table structure whose position is worth showing (EBRs, GPT arrays).
@@ -128,12 +158,16 @@ pub struct DiskAudit {
     pub structures: Vec<StructureAudit>,
     pub gpt: Option<GptInfo>,
     pub mbr: Option<MbrInfo>,
-    /// The scheme of an unsupported table ("atari", "amiga", ...).
+    /// The scheme of an unsupported table ("pc98", ...).
     pub scheme: Option<&'static str>,
     /// What starts at byte 0 of a disk without a table.
     pub contents: Option<Contents>,
     /// The layers of a disk without a table, outermost first.
     pub layers: Vec<LayerAudit>,
+    /// For a stacked device: the ways its bytes reach the disks under it.
+    pub stack: Vec<OriginAudit>,
+    /// The stacked devices the kernel has open on the whole disk.
+    pub holders: Vec<OriginAudit>,
     /// Why part of this target could not be checked.
     pub error: Option<String>,
 }
@@ -159,6 +193,8 @@ impl DiskAudit {
             scheme: None,
             contents: None,
             layers: Vec::new(),
+            stack: Vec::new(),
+            holders: Vec::new(),
             error: None,
         }
     }
@@ -170,12 +206,14 @@ impl DiskAudit {
         self.partitions.iter().filter(|p| p.holds_data())
     }
 
-    /// The worst verdict among data partitions and the layers they (or a
-    /// disk without a table) hold.
+    /// The worst verdict among data partitions, the layers they (or a
+    /// disk without a table) hold, and a stacked device's ways down.
     pub fn worst(&self) -> Option<Class> {
         let data = self.data_partitions();
         let layers = data.clone().flat_map(|p| &p.layers).chain(&self.layers);
-        data.map(|p| p.verdict.verdict).chain(layers.map(|l| l.verdict.verdict)).max()
+        let holders = data.clone().flat_map(|p| &p.holders).chain(&self.holders);
+        let stack = self.stack.iter().chain(holders).filter_map(|o| o.verdict);
+        data.map(|p| p.verdict.verdict).chain(layers.map(|l| l.verdict.verdict)).chain(stack).max()
     }
 
     /// Some problem makes data unreachable or not where the table says.
@@ -223,6 +261,10 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
         opts.trust_kernel,
     );
     let logical = topology.logical_sector_size.value;
+    if let (Some(name), TargetKind::Disk) = (&target.name, target.kind) {
+        audit.stack = follow_slaves(root, name, opts.trust_kernel);
+    }
+    let offsets = stacked_offsets(&topology, &geometry, &audit.stack);
     let found = match &file {
         Ok(file) => match read_table(&mut audit, file, &topology) {
             // Better the kernel's view than nothing when the table is unusable.
@@ -242,9 +284,10 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     }
     judge(&mut audit, found, &geometry, target.selected_partition);
     if let Ok(file) = &file {
-        walk_layers(&mut audit, file, &geometry, topology.size_bytes);
+        walk_layers(&mut audit, file, &geometry, &offsets, topology.size_bytes);
         if target.kind == TargetKind::Disk {
             follow_open_luks(&mut audit, root, target, &geometry);
+            follow_holders(&mut audit, root, target, opts.trust_kernel);
         }
     }
     audit.topology = Some(topology);
@@ -319,15 +362,16 @@ fn check_unfinished_move(
     let m = &journal.record;
     let message = format!(
         "partition {} is being moved from LBA {} to {} and the move is unfinished (journal {}): \
-         finish it with `blkalign realign {} --yes`",
+         finish it with `blkalign realign {} {} --yes`",
         m.partition,
         m.old_start,
         m.new_start,
         record.journal.display(),
-        target.path.display()
+        target.path.display(),
+        m.partition
     );
-    audit.problems.push(Problem::new("realign_unfinished", message.clone()));
-    audit.error = Some(message);
+    // A problem found (exit 1), said once: the audit itself completed.
+    audit.problems.push(Problem::new("realign_unfinished", message));
 }
 
 /// The kernel's partitions, for a disk whose medium cannot be read.
@@ -440,6 +484,7 @@ fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, sele
             verdict,
             selected,
             layers: Vec::new(),
+            holders: Vec::new(),
         });
     }
     if let Some(n) = selected.filter(|n| !audit.partitions.iter().any(|p| p.partition.number == *n))
@@ -453,9 +498,15 @@ fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, sele
 }
 
 /// Find and judge what each data partition holds, and what a disk without
-/// a table holds from byte 0.
-fn walk_layers(audit: &mut DiskAudit, file: &File, geometry: &Geometry, size_bytes: u64) {
-    let judged = |at: u64, len: u64| layers_at(file, at, len, geometry);
+/// a table holds from byte 0, against each alignment offset in `offsets`.
+fn walk_layers(
+    audit: &mut DiskAudit,
+    file: &File,
+    geometry: &Geometry,
+    offsets: &[u64],
+    size_bytes: u64,
+) {
+    let judged = |at: u64, len: u64| judge_layers(stack::walk(file, at, len), geometry, offsets);
     let ss = geometry.logical;
     for p in &mut audit.partitions {
         if !p.holds_data() {
@@ -475,16 +526,83 @@ fn walk_layers(audit: &mut DiskAudit, file: &File, geometry: &Geometry, size_byt
 /// The layers in the `len` bytes at byte `at` of `dev`, each judged where
 /// its data starts.
 pub fn layers_at(dev: &dyn ReadAt, at: u64, len: u64, geometry: &Geometry) -> Vec<LayerAudit> {
-    judge_layers(stack::walk(dev, at, len), geometry)
+    judge_layers(stack::walk(dev, at, len), geometry, &[geometry.alignment_offset])
 }
 
-fn judge_layers(layers: Vec<Layer>, geometry: &Geometry) -> Vec<LayerAudit> {
+/// Each layer judged against every alignment offset in `offsets` (one per
+/// way down a stack that the kernel could not fold into one), the worst
+/// verdict kept: a mirror's write waits for its slowest member.
+fn judge_layers(layers: Vec<Layer>, geometry: &Geometry, offsets: &[u64]) -> Vec<LayerAudit> {
     let judge = |layer: Layer| {
-        let (physical, offset) = (geometry.physical, geometry.alignment_offset);
-        let verdict = stack::judge(&layer, physical, offset, geometry.optimal_io);
+        let verdict = offsets
+            .iter()
+            .map(|&offset| stack::judge(&layer, geometry.physical, offset, geometry.optimal_io))
+            .max_by_key(|v| v.verdict)
+            .unwrap_or_else(|| {
+                let offset = geometry.alignment_offset;
+                stack::judge(&layer, geometry.physical, offset, geometry.optimal_io)
+            });
         LayerAudit { layer, verdict }
     };
     layers.into_iter().map(judge).collect()
+}
+
+/// The ways a stacked device reaches the disks under it, each judged on
+/// its disk.
+fn follow_slaves(root: &SysRoot, name: &str, trust_kernel: bool) -> Vec<OriginAudit> {
+    let judge = |o| judge_origin(root, o, trust_kernel);
+    device::origins(root, name).into_iter().map(judge).collect()
+}
+
+/// What the kernel has stacked on each data partition and on the whole
+/// disk: a device-mapper table leaves no header to find.
+fn follow_holders(audit: &mut DiskAudit, root: &SysRoot, target: &Target, trust_kernel: bool) {
+    let Some(name) = &target.name else { return };
+    let judge = |o| judge_origin(root, o, trust_kernel);
+    for p in audit.partitions.iter_mut().filter(|p| p.holds_data()) {
+        let found = device::held(root, name, Some(p.partition.number));
+        p.holders = found.into_iter().map(judge).collect();
+    }
+    audit.holders = device::held(root, name, None).into_iter().map(judge).collect();
+}
+
+/// Where a way down puts a stacked device's byte 0 on its disk, judged
+/// against the disk's physical sector and alignment offset.
+fn judge_origin(root: &SysRoot, origin: device::Origin, trust_kernel: bool) -> OriginAudit {
+    let disk = root.sys.join("block").join(&origin.disk);
+    let number = |attr: &str| device::sysfs::read_number(&disk.join(attr));
+    let reported = number("queue/physical_block_size").unwrap_or(0);
+    // -1 (a disk that cannot be aligned) reads as no number: 0.
+    let disk_offset = number("alignment_offset").unwrap_or(0);
+    let p = Geometry::new(1, reported, disk_offset, None, trust_kernel).physical;
+    // Device byte b lies at disk byte b - device_offset + on_disk, on a
+    // boundary when that is disk_offset (mod p); u128 cannot overflow.
+    let offset = origin.disk_offset_bytes.and_then(|on_disk| {
+        let [p, a, d, o] = [p, disk_offset, origin.device_offset_bytes, on_disk].map(u128::from);
+        u64::try_from((a % p + d % p + p - o % p) % p).ok()
+    });
+    let aligned = offset.map(|o| o == 0);
+    OriginAudit {
+        physical_sector_size: p,
+        alignment_offset: offset,
+        aligned_physical: aligned,
+        misalignment_bytes: offset.map(|o| (p - o) % p),
+        verdict: aligned.map(|a| if a { Class::Aligned } else { Class::Misaligned }),
+        origin,
+    }
+}
+
+/// The alignment offsets to judge a device's layers against: the
+/// topology's, unless the kernel gave none (it says -1 when a stack's ways
+/// down disagree) and the stack says what each way makes of it.
+fn stacked_offsets(topology: &Topology, geometry: &Geometry, stack: &[OriginAudit]) -> Vec<u64> {
+    let mut offsets: Vec<u64> = stack.iter().filter_map(|o| o.alignment_offset).collect();
+    offsets.sort_unstable();
+    offsets.dedup();
+    if topology.alignment_offset.source != Source::Assumed || offsets.is_empty() {
+        return vec![geometry.alignment_offset];
+    }
+    offsets
 }
 
 /// On a live system, what an opened LUKS partition holds is read through
@@ -507,7 +625,7 @@ fn follow_open_luks(audit: &mut DiskAudit, root: &SysRoot, target: &Target, geom
             layer.absolute_offset_bytes = layer.absolute_offset_bytes.saturating_add(base);
             layer.note.get_or_insert_with(|| format!("read through {}", node.display()));
         }
-        p.layers.extend(judge_layers(found, geometry));
+        p.layers.extend(judge_layers(found, geometry, &[geometry.alignment_offset]));
     }
 }
 

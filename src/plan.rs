@@ -92,6 +92,10 @@ pub struct Planned {
     pub name: Option<String>,
     /// For logical partitions: the LBA of their EBR.
     pub ebr: Option<u64>,
+    /// The request it was made for (an index); None for an extended
+    /// container the planner added.
+    #[serde(skip)]
+    pub request: Option<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -131,6 +135,16 @@ pub enum PlanError {
     Name(String, &'static str),
     #[error("a GPT holds at most 128 partitions, not {0}")]
     TooMany(usize),
+    #[error("partition {0} is given twice")]
+    Duplicate(u32),
+    #[error("partition {0}: an MBR numbers its primary and extended partitions 1 to 4, its logical ones from 5")]
+    Slot(u32),
+    #[error("an MBR holds one extended partition, and the script gives {0}")]
+    Extendeds(usize),
+    #[error(
+        "the logical partitions need an extended partition, and primaries take all four MBR slots"
+    )]
+    NoSlot,
 }
 
 /// The grain in bytes for `align` on `disk`.
@@ -157,6 +171,35 @@ pub fn plan(
     align: Align,
     cylinder_compatible: bool,
     requests: &[Request],
+) -> Result<Plan, PlanError> {
+    plan_with(disk, label, align, cylinder_compatible, requests, None)
+}
+
+/// Lay out `script` on `disk` as [`plan`] does, except that an MBR script
+/// numbering every partition (an `sfdisk -d` dump) keeps its numbers, as
+/// sfdisk does: 1-4 primary, 5 on logical, its extended partition where
+/// the script puts it, and the partitions in the order of their starts.
+pub fn plan_script(
+    disk: &Disk,
+    label: Label,
+    align: Align,
+    cylinder_compatible: bool,
+    script: &Script,
+) -> Result<Plan, PlanError> {
+    let slots = match label {
+        Label::Mbr => script.slots()?,
+        Label::Gpt => None,
+    };
+    plan_with(disk, label, align, cylinder_compatible, &script.requests, slots.as_ref())
+}
+
+fn plan_with(
+    disk: &Disk,
+    label: Label,
+    align: Align,
+    cylinder_compatible: bool,
+    requests: &[Request],
+    slots: Option<&Slots>,
 ) -> Result<Plan, PlanError> {
     if requests.is_empty() {
         return Err(PlanError::Empty);
@@ -187,9 +230,10 @@ pub fn plan(
         total,
         first: cylinder_compatible.then_some(TRACK_SECTORS),
     };
-    let partitions = match label {
-        Label::Gpt => layout.gpt(requests)?,
-        Label::Mbr => layout.mbr(requests)?,
+    let partitions = match (label, slots) {
+        (Label::Gpt, _) => layout.gpt(requests)?,
+        (Label::Mbr, None) => layout.mbr(requests)?,
+        (Label::Mbr, Some(slots)) => layout.numbered(requests, slots)?,
     };
     Ok(Plan {
         label,
@@ -237,9 +281,10 @@ impl Layouter<'_> {
         let mut out = Vec::new();
         for (i, r) in requests.iter().enumerate() {
             let start = self.next_start(self.cursor.max(r.min_start.unwrap_or(0)));
-            let size = self.size_at(i, r.size, start)?;
+            let number = i as u32 + 1;
+            let size = self.size_at(number, r.size, start)?;
             self.cursor = start + size;
-            out.push(planned(i as u32 + 1, start, size, Role::Gpt, r, None));
+            out.push(planned(number, start, size, Role::Gpt, r, None).of(i));
         }
         Ok(out)
     }
@@ -250,37 +295,101 @@ impl Layouter<'_> {
         let primaries = if requests.len() > 4 { 3 } else { requests.len() };
         let mut out = Vec::new();
         for (i, r) in requests.iter().take(primaries).enumerate() {
-            let start = match self.first.take() {
-                Some(fixed) if i == 0 => fixed,
-                _ => self.next_start(self.cursor.max(r.min_start.unwrap_or(0))),
-            };
-            let size = self.size_at(i, r.size, start)?;
-            self.cursor = start + size;
-            out.push(planned(i as u32 + 1, start, size, Role::Primary, r, None));
+            out.push(self.primary(i as u32 + 1, r)?.of(i));
         }
         if requests.len() > 4 {
-            self.logicals(&requests[3..], &mut out)?;
+            let logicals: Vec<(usize, &Request)> = requests.iter().enumerate().skip(3).collect();
+            let ext = Container { after: 3, number: Some(4), min_start: None, size: Size::Rest };
+            self.extended(&ext, &logicals, &mut out)?;
         }
         Ok(out)
     }
 
-    /// An extended partition holding one EBR and one logical per request,
-    /// each logical on the grain, its EBR in the sector run before it.
-    fn logicals(&mut self, requests: &[Request], out: &mut Vec<Planned>) -> Result<(), PlanError> {
-        let ext_start = self.next_start(self.cursor);
-        let ext_index = out.len();
+    /// A primary partition at the cursor or the request's start.
+    fn primary(&mut self, number: u32, r: &Request) -> Result<Planned, PlanError> {
+        let start = match self.first.take() {
+            Some(fixed) => fixed,
+            None => self.next_start(self.cursor.max(r.min_start.unwrap_or(0))),
+        };
+        let size = self.size_at(number, r.size, start)?;
+        self.cursor = start + size;
+        Ok(planned(number, start, size, Role::Primary, r, None))
+    }
+
+    /// An MBR by the numbers of `slots`: its primaries and its extended
+    /// partition in the order of their starts (when every one has a start,
+    /// else as listed), listed by number.
+    fn numbered(&mut self, requests: &[Request], slots: &Slots) -> Result<Vec<Planned>, PlanError> {
+        self.cursor = self.cursor.max(self.grain / self.disk.logical);
+        let logicals: Vec<(usize, &Request)> =
+            requests.iter().enumerate().filter(|&(i, _)| slots.numbers[i] > 4).collect();
+        let mut units: Vec<Option<usize>> =
+            (0..requests.len()).filter(|&i| slots.numbers[i] <= 4).map(Some).collect();
+        if let Some(ext) = &slots.extended {
+            let at = units.iter().flatten().filter(|&&i| i < ext.after).count();
+            units.insert(at, None);
+        }
+        let first_logical = logicals.first().and_then(|(_, r)| r.min_start);
+        let key = |u: &Option<usize>| match u {
+            Some(i) => requests[*i].min_start,
+            None => slots.extended.as_ref().and_then(|e| e.min_start).or(first_logical),
+        };
+        if units.iter().all(|u| key(u).is_some()) {
+            units.sort_by_key(key);
+        }
+        let mut out = Vec::new();
+        for unit in units {
+            match (unit, &slots.extended) {
+                (Some(i), _) => out.push(self.primary(slots.numbers[i], &requests[i])?.of(i)),
+                (None, Some(ext)) => self.extended(ext, &logicals, &mut out)?,
+                (None, None) => {}
+            }
+        }
+        out.sort_by_key(|p| p.number);
+        Ok(out)
+    }
+
+    /// The extended partition `ext` holding one EBR and one logical per
+    /// request, numbered from 5, each logical on the grain, its EBR in the
+    /// sector run before it. A size `ext` gives is kept unless its
+    /// logicals need more, and bounds a logical's `rest`.
+    fn extended(
+        &mut self,
+        ext: &Container,
+        logicals: &[(usize, &Request)],
+        out: &mut Vec<Planned>,
+    ) -> Result<(), PlanError> {
+        let number = ext.number.unwrap_or(4);
+        // The fixed first start is a primary's, before any extended.
+        self.first = None;
+        let ext_start = self.next_start(self.cursor.max(ext.min_start.unwrap_or(0)));
+        let fixed_end = match ext.size {
+            Size::Rest if !logicals.is_empty() => None,
+            size => Some(ext_start + self.size_at(number, size, ext_start)?),
+        };
+        let at = out.len();
         let mut ebr = ext_start;
-        for (i, r) in requests.iter().enumerate() {
+        for (k, &(i, r)) in logicals.iter().enumerate() {
+            let n = 5 + k as u32;
             let start = self.next_start((ebr + 1).max(r.min_start.unwrap_or(0)));
-            let size = self.size_at(ext_index + 1 + i, r.size, start)?;
-            out.push(planned(5 + i as u32, start, size, Role::Logical, r, Some(ebr)));
+            let size = match (r.size, fixed_end) {
+                (Size::Rest, Some(end)) => end
+                    .checked_sub(start)
+                    .filter(|&s| s > 0)
+                    .ok_or(PlanError::NoRoom(n as usize, 1, start, end.saturating_sub(1)))?,
+                (size, _) => self.size_at(n, size, start)?,
+            };
+            out.push(planned(n, start, size, Role::Logical, r, Some(ebr)).of(i));
             self.cursor = start + size;
             ebr = self.cursor;
         }
-        let ext = Request { min_start: None, size: Size::Rest, type_id: "0x05".into(), name: None };
+        let end = fixed_end.map_or(self.cursor, |e| e.max(self.cursor));
+        self.cursor = end;
+        let container =
+            Request { min_start: None, size: Size::Rest, type_id: "0x05".into(), name: None };
         out.insert(
-            ext_index,
-            planned(4, ext_start, self.cursor - ext_start, Role::Extended, &ext, None),
+            at,
+            planned(number, ext_start, end - ext_start, Role::Extended, &container, None),
         );
         Ok(())
     }
@@ -300,9 +409,9 @@ impl Layouter<'_> {
         align_down(end, self.grain, self.disk.alignment_offset).map_or(0, |b| b / logical)
     }
 
-    /// Sectors for request `index` starting at `start`: fixed sizes exact,
-    /// `rest` to the last usable LBA, ends kept before the last usable.
-    fn size_at(&self, index: usize, size: Size, start: u64) -> Result<u64, PlanError> {
+    /// Sectors for partition `number` starting at `start`: fixed sizes
+    /// exact, `rest` to the last usable LBA, ends kept before the last usable.
+    fn size_at(&self, number: u32, size: Size, start: u64) -> Result<u64, PlanError> {
         let logical = self.disk.logical;
         let wanted = match size {
             Size::Bytes(b) => b.div_ceil(logical),
@@ -317,7 +426,7 @@ impl Layouter<'_> {
             Size::Rest => self.rest_end().saturating_sub(start),
         };
         let end = start.checked_add(wanted).filter(|&e| wanted > 0 && e <= self.last + 1);
-        end.map(|_| wanted).ok_or(PlanError::NoRoom(index + 1, wanted, start, self.last))
+        end.map(|_| wanted).ok_or(PlanError::NoRoom(number as usize, wanted, start, self.last))
     }
 }
 
@@ -379,7 +488,23 @@ fn planned(
     r: &Request,
     ebr: Option<u64>,
 ) -> Planned {
-    Planned { number, start, size, role, type_id: r.type_id.clone(), name: r.name.clone(), ebr }
+    Planned {
+        number,
+        start,
+        size,
+        role,
+        type_id: r.type_id.clone(),
+        name: r.name.clone(),
+        ebr,
+        request: None,
+    }
+}
+
+impl Planned {
+    /// Made for request `index`.
+    fn of(self, index: usize) -> Planned {
+        Planned { request: Some(index), ..self }
+    }
 }
 
 /// Parse a size: "512MiB", "20G", "4096" (bytes), "2048s" (sectors),
@@ -427,9 +552,12 @@ pub const SCRIPT_LIMIT: usize = 1 << 20;
 pub struct Script {
     /// `label:`
     pub label: Option<Label>,
-    /// One per data partition line; extended containers are dropped, the
-    /// planner makes its own. `first-lba` already bounds the first start.
+    /// One per data partition line. `first-lba` already bounds the first
+    /// start.
     pub requests: Vec<Request>,
+    /// The extended partition lines (`type=5`), kept apart: without node
+    /// numbers the planner makes its own container.
+    pub extended: Vec<Container>,
     /// The number each request's line gave it by its node (`/dev/sda5 :`).
     pub numbers: Vec<Option<u32>>,
     /// `sector-size:`: the sectors its starts, sizes and LBAs count.
@@ -442,6 +570,26 @@ pub struct Script {
     /// What the script sets that a plan does not carry (`label-id`,
     /// `uuid=`, `bootable`, ...), for the user to hear.
     pub dropped: Vec<String>,
+}
+
+/// An MBR extended partition a script asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Container {
+    /// How many data partition lines came before its line.
+    pub after: usize,
+    /// Its node's number.
+    pub number: Option<u32>,
+    pub min_start: Option<u64>,
+    pub size: Size,
+}
+
+/// An MBR's numbers as a script gives them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Slots {
+    /// Per request: 1-4 primary, 5 on logical.
+    numbers: Vec<u32>,
+    /// Numbered, when there are logicals or the script has one.
+    extended: Option<Container>,
 }
 
 /// Parse an sfdisk script of at most [`SCRIPT_LIMIT`] bytes: headers
@@ -544,12 +692,75 @@ impl Script {
                 (_, Some(_)) => return Err(format!("{line:?}: unknown field {key:?}")),
             }
         }
+        let number = node.and_then(node_number);
         // sfdisk takes an extended type in any spelling: 5, 0x05, f, ...
-        if !mbr_code(&r.type_id).is_some_and(|c| table::mbr::EXTENDED_TYPES.contains(&c)) {
+        if mbr_code(&r.type_id).is_some_and(|c| table::mbr::EXTENDED_TYPES.contains(&c)) {
+            let (min_start, size) = (r.min_start, r.size);
+            self.extended.push(Container { after: self.requests.len(), number, min_start, size });
+        } else {
             self.requests.push(r);
-            self.numbers.push(node.and_then(node_number));
+            self.numbers.push(number);
         }
         Ok(())
+    }
+
+    /// The MBR numbers the script gives, taken as sfdisk takes them: None
+    /// unless every partition line names its node. Logical partitions are
+    /// numbered from 5 in the order listed (the order of their EBR chain),
+    /// whatever their nodes say; an extended partition the script lacks
+    /// takes the first free primary slot.
+    fn slots(&self) -> Result<Option<Slots>, PlanError> {
+        let Some(given) = self.numbers.iter().copied().collect::<Option<Vec<u32>>>() else {
+            return Ok(None);
+        };
+        if given.is_empty() {
+            return Ok(None);
+        }
+        if self.extended.len() > 1 {
+            return Err(PlanError::Extendeds(self.extended.len()));
+        }
+        let ext = self.extended.first();
+        let ext_number = ext.and_then(|e| e.number);
+        if let Some(n) = ext_number.filter(|n| !(1..=4).contains(n)) {
+            return Err(PlanError::Slot(n));
+        }
+        let mut seen = Vec::new();
+        for n in given.iter().copied().chain(ext_number) {
+            if n == 0 {
+                return Err(PlanError::Slot(n));
+            }
+            if seen.contains(&n) {
+                return Err(PlanError::Duplicate(n));
+            }
+            seen.push(n);
+        }
+        let mut logical = 4;
+        let numbers: Vec<u32> = given
+            .iter()
+            .map(|&n| match n {
+                1..=4 => n,
+                _ => {
+                    logical += 1;
+                    logical
+                }
+            })
+            .collect();
+        let free = || (1..=4).find(|n| !seen.contains(n)).ok_or(PlanError::NoSlot);
+        let extended = match ext {
+            Some(e) => {
+                Some(Container { number: Some(e.number.map_or_else(free, Ok)?), ..e.clone() })
+            }
+            None => match numbers.iter().position(|&n| n > 4) {
+                Some(after) => Some(Container {
+                    after,
+                    number: Some(free()?),
+                    min_start: None,
+                    size: Size::Rest,
+                }),
+                None => None,
+            },
+        };
+        Ok(Some(Slots { numbers, extended }))
     }
 
     fn note_dropped(&mut self, what: String) {
@@ -1148,6 +1359,100 @@ mod tests {
         assert_eq!(s.requests[1].type_id, "0657FD6D-A4AB-43C4-84E5-0933C84B4F4F");
         assert_eq!(s.numbers, [Some(1), Some(2), Some(3)]);
         assert_eq!(s.dropped, ["label-id 83909FFD-3306-A94F-BCAA-83855B6D97FB", "uuid=", "attrs="]);
+    }
+
+    /// `sfdisk -d` of an MBR whose primary 3 lies after the extended
+    /// partition: sfdisk lists it before the logicals, by number.
+    const PRIMARY_AFTER_EXTENDED: &str = "label: dos\nunit: sectors\n\n\
+        d1 : start=2048, size=200000, type=83\n\
+        d2 : start=204800, size=100000, type=5\n\
+        d3 : start=329728, size=50000, type=8e\n\
+        d5 : start=206848, size=20000, type=83\n\
+        d6 : start=229376, size=30000, type=82\n";
+
+    fn layout(p: &Plan) -> Vec<(u32, u64, u64, Role, Option<usize>)> {
+        p.partitions.iter().map(|x| (x.number, x.start, x.size, x.role, x.request)).collect()
+    }
+
+    fn plan_mbr(script: &str) -> Result<Plan, PlanError> {
+        let s = parse_script(script).unwrap();
+        plan_script(&disk(256 * MIB, 512), Label::Mbr, Align::Optimal, false, &s)
+    }
+
+    /// Found by a user: the primary after the extended partition was
+    /// refused, or everything renumbered and a logical made primary.
+    #[test]
+    fn numbered_mbr_dumps_keep_every_number_and_role() {
+        use Role::{Extended, Logical, Primary};
+        let want = [
+            (1, 2048, 200000, Primary, Some(0)),
+            (2, 204800, 100000, Extended, None),
+            (3, 329728, 50000, Primary, Some(1)),
+            (5, 206848, 20000, Logical, Some(2)),
+            (6, 229376, 30000, Logical, Some(3)),
+        ];
+        assert_eq!(layout(&plan_mbr(PRIMARY_AFTER_EXTENDED).unwrap()), want);
+        // Listed after the logicals, as a user may write it: the same table.
+        let (head, tail) = PRIMARY_AFTER_EXTENDED.split_once("d3 :").unwrap();
+        let (p3, logicals) = tail.split_once('\n').unwrap();
+        let moved = format!("{head}{logicals}d3 :{p3}\n");
+        let got = layout(&plan_mbr(&moved).unwrap());
+        let requests = [Some(0), None, Some(3), Some(1), Some(2)];
+        let want: Vec<_> =
+            want.iter().zip(requests).map(|(&(n, s, z, r, _), i)| (n, s, z, r, i)).collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn numbered_mbr_logicals_count_from_5_in_order_and_get_a_container() {
+        use Role::{Extended, Logical, Primary};
+        // sfdisk makes 7 the sixth: logical numbers follow the EBR chain.
+        let p = plan_mbr("d1 : size=2048\nd2 : size=100, type=5\nd5 : size=2048\nd7 : size=2048\n")
+            .unwrap();
+        let got: Vec<_> = p.partitions.iter().map(|x| (x.number, x.role, x.request)).collect();
+        assert_eq!(
+            got,
+            [
+                (1, Primary, Some(0)),
+                (2, Extended, None),
+                (5, Logical, Some(1)),
+                (6, Logical, Some(2))
+            ]
+        );
+        assert!(p.partitions[1].size >= 3 * 2048, "grown to hold its logicals");
+        // No extended line: the planner's, in the first free slot.
+        let p = plan_mbr("d2 : size=2048\nd5 : size=2048\nd1 : size=2048\n").unwrap();
+        let got: Vec<_> = p.partitions.iter().map(|x| (x.number, x.role)).collect();
+        assert_eq!(got, [(1, Primary), (2, Primary), (3, Extended), (5, Logical)]);
+        let starts: Vec<_> = p.partitions.iter().map(|x| x.start).collect();
+        assert_eq!(starts, [8192, 2048, 4096, 6144], "in the order listed");
+        // A sized extended partition bounds a logical's rest.
+        let p = plan_mbr("d1 : start=2048, size=10000, type=5\nd5 : start=4096\n").unwrap();
+        assert_eq!((p.partitions[1].start, p.partitions[1].size), (4096, 12048 - 4096));
+    }
+
+    #[test]
+    fn numbered_mbr_refusals() {
+        for (script, want) in [
+            ("d1 : size=1\nd1 : size=1\n", PlanError::Duplicate(1)),
+            ("d1 : size=1\nd1 : size=10, type=5\n", PlanError::Duplicate(1)),
+            ("d5 : size=10, type=5\nd6 : size=1\n", PlanError::Slot(5)),
+            ("d0 : size=1\n", PlanError::Slot(0)),
+            ("d1 : size=9, type=5\nd2 : size=9, type=5\nd5 : size=1\n", PlanError::Extendeds(2)),
+            (
+                "d1 : size=1\nd2 : size=1\nd3 : size=1\nd4 : size=1\nd5 : size=1\n",
+                PlanError::NoSlot,
+            ),
+        ] {
+            assert_eq!(plan_mbr(script), Err(want), "{script}");
+        }
+        // Without node names (or on GPT) the planner numbers in order.
+        let s = parse_script("size=1MiB\nsize=9MiB, type=5\nsize=1MiB\n").unwrap();
+        let p = plan_script(&disk(256 * MIB, 512), Label::Mbr, Align::Optimal, false, &s).unwrap();
+        assert_eq!(p.partitions.iter().map(|x| x.number).collect::<Vec<_>>(), [1, 2]);
+        let s = parse_script("d1 : size=2048\nd5 : size=2048\n").unwrap();
+        let p = plan_script(&disk(256 * MIB, 512), Label::Gpt, Align::Optimal, false, &s).unwrap();
+        assert_eq!(p.partitions.iter().map(|x| x.number).collect::<Vec<_>>(), [1, 2]);
     }
 
     #[test]

@@ -318,3 +318,48 @@ fn four_kn_fixture() {
     assert_eq!(t["logical_sector_size"], 4096);
     assert_eq!(t["physical_sector_size"], 4096);
 }
+
+/// The tests' JSON reader refuses what strict parsers refuse.
+#[test]
+fn json_with_a_repeated_key_is_refused() {
+    let twice = std::panic::catch_unwind(|| json_of(br#"{"a": {"version": 1, "version": 1}}"#));
+    assert!(twice.is_err());
+    assert_eq!(json_of(br#"{"a": [1, -2, 0.5, "x", null, true, {"b": 1}]}"#)["a"][6]["b"], 1);
+}
+
+/// An unbound loop device is not an empty disk: "not attached", exit 2, for
+/// every command that takes a target; a bound one is audited.
+#[test]
+fn an_unattached_loop_device_is_named_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sys = dir.path().join("sys");
+    for (name, bound) in [("loop7", false), ("loop8", true)] {
+        let block = sys.join("block").join(name);
+        std::fs::create_dir_all(block.join("queue")).expect("sysfs dir");
+        for (attr, value) in [("size", "0"), ("queue/logical_block_size", "512")] {
+            std::fs::write(block.join(attr), value).expect("sysfs file");
+        }
+        if bound {
+            std::fs::create_dir_all(block.join("loop")).expect("loop dir");
+            std::fs::write(block.join("size"), "2048").expect("size");
+        }
+        std::fs::create_dir_all(dir.path().join("dev")).expect("dev dir");
+        std::fs::write(dir.path().join("dev").join(name), vec![0u8; 1 << 20]).expect("node");
+    }
+    let sys = sys.to_str().expect("utf-8");
+    let node = |name: &str| dir.path().join("dev").join(name).to_str().expect("utf-8").to_string();
+    for command in [&["audit"][..], &["realign"], &["advise"]] {
+        let out = blkalign()
+            .args(["--sysfs-root", sys])
+            .args(command)
+            .arg(node("loop7"))
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(stderr.contains("loop7: loop device not attached"), "{command:?}: {stderr}");
+    }
+    let out =
+        blkalign().args(["--sysfs-root", sys, "audit"]).arg(node("loop8")).output().expect("run");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("not attached"));
+}

@@ -234,6 +234,8 @@ fn stop_leaves_nothing_behind() {
         let mount = state_dir().join(&drive.id).join("mnt");
         let listed = common::blkalign().args(["emulate", "list", "--json"]).output().expect("list");
         assert!(String::from_utf8_lossy(&listed.stdout).contains(&drive.id));
+        common::check_schema("emulate", &String::from_utf8_lossy(&listed.stdout));
+        common::json_of(&listed.stdout);
         let (id, device) = (drive.id.clone(), drive.str().to_string());
         if cut {
             drive.power_cut()
@@ -287,7 +289,8 @@ fn stop_all_cleans_up_after_crashed_callers() {
         .output()
         .expect("start");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let started: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    common::check_schema("emulate", &String::from_utf8_lossy(&out.stdout));
+    let started = common::json_of(&out.stdout);
     // A caller that died just after claiming an id, and one that lost its record.
     std::fs::write(state.path().join("emu1.json"), "").expect("half record");
     std::fs::create_dir_all(state.path().join("emu2/mnt")).expect("orphan dir");

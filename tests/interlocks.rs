@@ -312,15 +312,17 @@ fn advise_offers_mkfs_only_for_empty_partitions() {
     assert_eq!(parts[0]["contents"]["name"], "ext4");
     let held = commands(0);
     assert!(held.iter().all(|(c, destroys)| !c.starts_with("mkfs") && !destroys), "{held:?}");
-    assert!(held.iter().any(|(c, _)| c.starts_with("tune2fs ")), "{held:?}");
+    assert!(held.iter().any(|(c, _)| c.contains("tune2fs ")), "{held:?}");
     assert!(parts[1]["contents"].is_null());
     let empty = commands(1);
-    assert!(empty.iter().any(|(c, d)| c.starts_with("mkfs.ext4 ") && *d), "{empty:?}");
+    assert!(empty.iter().any(|(c, d)| c.contains("mkfs.ext4 ") && *d), "{empty:?}");
     assert!(empty.iter().all(|(_, d)| *d), "{empty:?}");
 
     let out = blkalign().args(["advise", image.str()]).output().expect("advise");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("# DESTROYS DATA on /dev/loopXp2"), "{text}");
-    assert!(!text.contains("DESTROYS DATA on /dev/loopXp1"), "{text}");
-    assert!(!text.contains("mkfs.ext4 -b 4096 /dev/loopXp1"), "{text}");
+    let (p1, p2) =
+        (format!("partition 1 of {}", image.str()), format!("partition 2 of {}", image.str()));
+    assert!(text.contains(&format!("# DESTROYS DATA on {p2}")), "{text}");
+    assert!(!text.contains(&format!("DESTROYS DATA on {p1}")), "{text}");
+    assert!(!text.contains("mkfs.ext4 -b 4096 ${dev}p1"), "{text}");
 }

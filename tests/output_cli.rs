@@ -78,13 +78,41 @@ fn plus_adds_to_the_default_columns() {
     let (_, text) = output(&["audit", "--wide", image.str()]);
     assert_eq!(header(&text, "NAME"), defaults);
     let (_, text) = output(&["audit", "--wide", "-o", "+end,PARTTYPE", image.str()]);
+    // Before DETAIL, which stays last.
     let mut expected = defaults.clone();
-    expected.extend(["END".to_string(), "PARTTYPE".to_string()]);
+    let detail = expected.pop();
+    assert_eq!(detail.as_deref(), Some("DETAIL"));
+    expected.extend(["END", "PARTTYPE", "DETAIL"].map(String::from));
     assert_eq!(header(&text, "NAME"), expected);
-    assert!(
-        text.lines().any(|l| l.contains("disk.img1") && l.trim_end().ends_with("20062  0x83")),
-        "{text}"
-    );
+    let row = text.lines().find(|l| l.contains("disk.img1")).expect("row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[6..9], ["20062", "0x83", "starts"], "{text}");
+}
+
+/// Found by a user: `-o +NR,END,SECTORS` put the columns after DETAIL: 125
+/// columns on an 80-column terminal, and on a pipe past the padded DETAIL,
+/// near column 430.
+#[test]
+fn added_columns_keep_the_table_in_80_columns_and_detail_last() {
+    if !needs_sfdisk() {
+        return;
+    }
+    let image = lba63();
+    let added = ["audit", "-o", "+NR,END,SECTORS", image.str()];
+    let (code, fitted) = output(&[&added[..], &["-w", "80"]].concat());
+    assert_eq!(code, 1, "{fitted}");
+    assert!(fitted.lines().all(|l| l.chars().count() <= 80), "{fitted}");
+    let columns = header(&fitted, "NAME");
+    assert_eq!(columns[columns.len() - 3..], ["NR", "END", "SECTORS"], "{fitted}");
+    let row = fitted.lines().find(|l| l.contains("disk.img5")).expect("row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[cells.len() - 3..], ["5", "42830", "10000"], "{fitted}");
+    let (_, piped) = output(&added);
+    let head = piped.lines().find(|l| l.trim_start().starts_with("NAME")).expect("header");
+    let at = |name: &str| head.find(name).unwrap_or_else(|| panic!("{name}: {head}"));
+    assert!(at("NR") < at("DETAIL") && head.trim_end().ends_with("DETAIL"), "{head}");
+    assert!(at("SECTORS") < 80, "{head}");
+    assert!(piped.lines().all(|l| l == l.trim_end()), "padded: {piped}");
 }
 
 /// `--output help` names every column `-o` takes, and an unknown one is
@@ -323,12 +351,14 @@ fn help_has_examples_and_describes_every_option() {
         assert!(examples.lines().filter(|l| l.trim_start().starts_with("blkalign ")).count() >= 3);
         let options =
             text.split("Options:\n").nth(1).and_then(|t| t.split("\n\n").next()).expect("options");
-        for line in options.lines() {
-            let spec_end = line
-                .trim_start()
-                .find("  ")
-                .unwrap_or_else(|| panic!("{command}: no description: {line:?}"));
-            assert!(line.trim_start()[spec_end..].trim().len() > 5, "{command}: {line:?}");
+        // Each option is a line naming it, its description on the same line
+        // after two spaces or (help wrapped to 80 columns) on the next ones.
+        let lines: Vec<&str> = options.lines().collect();
+        for (i, line) in lines.iter().enumerate().filter(|(_, l)| l.trim_start().starts_with('-')) {
+            let inline = line.trim_start().split_once("  ").map(|(_, d)| d.trim());
+            let below = lines.get(i + 1).filter(|next| !next.trim_start().starts_with('-'));
+            let description = inline.or(below.map(|d| d.trim())).unwrap_or("");
+            assert!(description.len() > 5, "{command}: no description: {line:?}");
         }
     }
 }
@@ -435,4 +465,65 @@ fn json_of_a_loop_device_matches_the_schemas() {
     let name = dev.dev.file_name().and_then(|n| n.to_str()).expect("name");
     let (_, raw) = output(&["audit", "-rn", "-o", "NAME,FSTYPE,VERDICT", dev.str()]);
     assert_eq!(raw, format!("{name}p1  misaligned\n{name}p2 ext4 aligned\n"));
+}
+
+/// Found by a user: "some starts suboptimal: 3 partitions, 3 aligned, 0
+/// suboptimal" when only a layer inside was. The summary says what it
+/// counts: here an ext4 of 1 KiB blocks in an aligned partition.
+#[test]
+fn the_summary_agrees_with_its_counts() {
+    if !needs(false, &["sfdisk", "mkfs.ext4"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 * MIB, "label: dos\nstart=2048, size=20480\nstart=22528\n");
+    let offset = format!("offset={}", 2048 * 512);
+    run("mkfs.ext4", &["-q", "-F", "-b", "1024", "-E", &offset, image.str(), "10240"]);
+    let (code, text) = output(&["audit", image.str()]);
+    assert_eq!(code, 0, "{text}");
+    let summary = text.lines().find(|l| l.contains("summary:")).expect("summary");
+    assert!(
+        summary.contains(
+            "summary: aligned to physical sectors, some layers inside suboptimal: 2 partitions, \
+             2 aligned, 0 suboptimal, 0 misaligned, 1 layer inside suboptimal"
+        ),
+        "{text}"
+    );
+}
+
+/// Found by a user: `advise` on an image named `/dev/loopXp1`, a node no
+/// one has. The listing says once how to attach the image and names the
+/// nodes that makes; `--raw` keeps each command runnable alone; a
+/// misaligned partition gets `blkalign realign` first.
+#[test]
+fn advise_on_an_image_names_nodes_that_exist() {
+    if !needs_sfdisk() {
+        return;
+    }
+    let image = lba63();
+    let (code, text) = output(&["advise", "-w", "80", image.str()]);
+    assert_eq!(code, 0, "{text}");
+    assert!(!text.contains("loopX"), "{text}");
+    let attach = format!("  dev=$(losetup -fP --show {}) && partx -u $dev", image.str());
+    assert!(text.lines().any(|l| l == attach), "{text}");
+    let first = text.lines().find(|l| l.trim_start().starts_with("partition  ")).expect("row");
+    let realign = format!("blkalign realign {} 1", image.str());
+    assert!(first.contains(&realign), "{text}");
+    assert!(text.contains("mkfs.ext4 -b 4096 ${dev}p1"), "{text}");
+    assert!(text.contains("mkswap ${dev}p6"), "swap gets mkswap: {text}");
+    let (_, raw) = output(&["advise", "-rn", "-o", "NR,COMMAND", image.str()]);
+    let whole = raw.lines().find(|l| l.starts_with("1 dev=$(losetup")).expect("a command");
+    assert!(whole.contains("mkfs.ext4\\x20-b\\x204096\\x20${dev}p1"), "{raw}");
+}
+
+/// Every command's --help fits 80 columns, on a terminal or a pipe.
+#[test]
+fn help_fits_80_columns() {
+    let commands =
+        ["audit", "plan", "partition", "realign", "restore", "advise", "bench", "probe", "emulate"];
+    for command in commands {
+        let out = blkalign().args([command, "--help"]).output().expect("run help");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let wide: Vec<&str> = text.lines().filter(|l| l.chars().count() > 80).collect();
+        assert!(out.status.success() && wide.is_empty(), "{command}: {wide:#?}");
+    }
 }

@@ -189,6 +189,64 @@ fn sfdisk_script_from_stdin() {
     check_peers(img.str(), &plan);
 }
 
+/// An MBR dump with primary 3 after the extended partition, listed after
+/// the logicals as a user may write it.
+const PRIMARY_AFTER_EXTENDED: &str = "label: dos\nunit: sectors\nsector-size: 512\n\n\
+    x1 : start=2048, size=200000, type=83\n\
+    x2 : start=204800, size=100000, type=5\n\
+    x5 : start=206848, size=20000, type=83\n\
+    x6 : start=229376, size=30000, type=82\n\
+    x3 : start=329728, size=50000, type=8e\n";
+
+/// `plan --json --script -` of `script`.
+fn plan_script(target: &str, script: &str) -> Value {
+    let out = blkalign()
+        .args(["plan", target, "--json", "--script", "-"])
+        .write_stdin(script)
+        .output()
+        .expect("plan");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+/// Found by a user: a dump with a primary after the extended partition was
+/// refused ("partition 3 does not fit") or renumbered, a logical made
+/// primary. sfdisk takes it keeping every number; so does the plan, from
+/// the dump as written and from sfdisk's own dump of what it made.
+#[test]
+fn sfdisk_dump_with_a_primary_after_the_extended() {
+    if !needs(false, &["sfdisk", "parted"]) {
+        return;
+    }
+    let theirs = Image::sfdisk(256 * MIB, PRIMARY_AFTER_EXTENDED);
+    let want = sfdisk_partitions(theirs.str());
+    assert_eq!(want.iter().map(|p| p.0).collect::<Vec<_>>(), [1, 2, 3, 5, 6], "sfdisk: {want:?}");
+    let dumped = String::from_utf8_lossy(&run("sfdisk", &["-d", theirs.str()]).stdout).into_owned();
+    let ours = Image::new(256 * MIB);
+    for script in [PRIMARY_AFTER_EXTENDED, &dumped] {
+        let plan = plan_script(ours.str(), script);
+        let got: Vec<_> =
+            planned(&plan).iter().map(|&(n, start, size, _)| (n, start, size)).collect();
+        assert_eq!(got, want, "{script}");
+        let roles: Vec<_> = plan["partitions"]
+            .as_array()
+            .expect("parts")
+            .iter()
+            .map(|p| p["role"].clone())
+            .collect();
+        assert_eq!(roles, ["primary", "extended", "primary", "logical", "logical"], "{script}");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backup = dir.path().join("b.bin");
+    blkalign()
+        .args(["partition", ours.str(), "--yes", "--script", "-"])
+        .args(["--backup", backup.to_str().expect("utf-8")])
+        .write_stdin(PRIMARY_AFTER_EXTENDED)
+        .assert()
+        .success();
+    check_peers(ours.str(), &plan_script(ours.str(), PRIMARY_AFTER_EXTENDED));
+}
+
 #[test]
 fn dry_run_and_refusals_write_nothing() {
     let img = Image::new(64 * MIB);

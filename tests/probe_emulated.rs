@@ -146,3 +146,18 @@ fn where_free_never_touches_partitions() {
     assert_eq!(none.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&none.stderr).contains("no partition table"));
 }
+
+/// A regular file has no drive to time (its writes land in the page cache
+/// and the host's file system): refused with the way to a real answer,
+/// never "no penalty" with a confidence.
+#[test]
+fn a_regular_file_is_refused_not_judged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let image = dir.path().join("disk.img");
+    std::fs::File::create(&image).and_then(|f| f.set_len(64 << 20)).expect("image");
+    let out = common::blkalign().arg("probe").arg(&image).output().expect("run probe");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("regular file") && stderr.contains("emulate start"), "{stderr}");
+    assert!(out.stdout.is_empty(), "{}", String::from_utf8_lossy(&out.stdout));
+}

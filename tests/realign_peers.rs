@@ -7,6 +7,7 @@
 mod common;
 
 use common::{needs, run, run_stdin, sfdisk_json, Image, Loop};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -444,10 +445,18 @@ fn an_io_error_mid_move_is_finished_after_the_fault_is_gone() {
         let status = state.realign(&["--status", journal.to_str().unwrap()]);
         assert_eq!(code(&status), 1, "{}", text(&status));
         assert!(text(&status).contains("copying"), "{}", text(&status));
-        assert_eq!(state.audit(drive.str()), 2, "audit sees the unfinished move");
+        assert_eq!(state.audit(drive.str()), 1, "audit sees the unfinished move: a problem");
+        let audit = common::blkalign()
+            .env("BLKALIGN_STATE_DIR", state.0.path())
+            .args(["audit", drive.str()])
+            .output()
+            .expect("run audit");
+        let hint = format!("`blkalign realign {} 1 --yes`", drive.str());
+        assert_eq!(text(&audit).matches(&hint).count(), 1, "said once: {}", text(&audit));
         let other = state.realign(&[drive.str(), "2", "--yes"]);
         assert_eq!(code(&other), 2);
         assert!(text(&other).contains("unfinished move"), "{}", text(&other));
+        assert!(text(&other).contains(&hint), "resumes only partition 1: {}", text(&other));
         drive.stop();
         journal
     };
@@ -498,4 +507,38 @@ fn a_journal_without_its_record_is_found_and_a_finished_move_is_a_no_op() {
     let again = state.realign(&[image.str(), "1", "--to", "64", "--yes"]);
     assert_eq!(code(&again), 0, "{}", text(&again));
     assert!(text(&again).contains("nothing to move"), "{}", text(&again));
+}
+
+/// Every --json document realign prints (plan, refusal, result, nothing to
+/// move, status) is one document with unique keys under its schema, with
+/// null for what is not known.
+#[test]
+fn every_realign_json_document_is_one_document_under_its_schema() {
+    if !needs(false, &["sfdisk", "mkfs.ext4"]) {
+        return;
+    }
+    let state = State::new();
+    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=40000, type=83\n");
+    mkfs_ext4(image.str(), 63, 40_000, 512);
+    let document = |args: &[&str], exit: i32| {
+        let out = state.realign(&[&[image.str(), "--json"][..], args].concat());
+        assert_eq!(code(&out), exit, "{args:?}: {}", text(&out));
+        common::check_schema("realign", &String::from_utf8_lossy(&out.stdout));
+        common::json_of(&out.stdout)
+    };
+    let refused = document(&["1", "--to", "1"], 2);
+    let refusal = &refused["moves"][0];
+    assert!(refusal["refused"].is_string(), "{refused}");
+    assert_eq!((&refusal["old_start"], &refusal["new_start"]), (&63.into(), &Value::Null));
+    let plan = document(&[], 0);
+    assert_eq!(plan["moves"][0]["old_start"], 63);
+    let done = document(&["--yes"], 0);
+    assert_eq!((&done["partition"], &done["verified"]), (&1.into(), &true.into()));
+    let nothing = document(&["--yes"], 0);
+    assert_eq!(nothing["moves"], serde_json::json!([]), "{nothing}");
+    assert_eq!(nothing["dry_run"], false);
+    let journal = done["journal"].as_str().expect("journal path");
+    let status = state.realign(&["--status", journal, "--json"]);
+    common::check_schema("realign", &String::from_utf8_lossy(&status.stdout));
+    assert_eq!(common::json_of(&status.stdout)["phase"], "done");
 }

@@ -1,7 +1,7 @@
 //! Partition schemes other than MBR and GPT, built by parted and fdisk (or,
 //! where no tool writes them, byte by byte and checked with libblkid), and
-//! audited by blkalign: BSD, Sun, SGI and Apple labels are read as Linux
-//! reads them; the rest are named and refused (exit 2).
+//! audited by blkalign: BSD, Sun, SGI, Apple, Amiga and Atari labels are
+//! read as Linux reads them; the rest are named and refused (exit 2).
 
 mod common;
 
@@ -258,6 +258,62 @@ fn apple_partition_maps() {
     assert_eq!(audit.rows()[0], (1, 1, 63));
 }
 
+#[test]
+fn amiga_rigid_disk_blocks() {
+    if !needs(false, &["parted"]) {
+        return;
+    }
+    // libblkid has no Amiga prober: parted is the peer. It puts the RDB in
+    // block 2 and partitions on cylinders of 128 blocks.
+    let image = parted_image("amiga", PRIMARY, ALIGNED);
+    let audit = Audit::of(image.str());
+    assert_eq!(audit.table(), "amiga", "{}", audit.doc);
+    let (label, rows) = parted(image.str());
+    assert_eq!(label, "amiga");
+    assert_eq!(audit.rows(), rows);
+    assert_eq!(rows, [(1, 8192, 10240), (2, 18432, 22528)]);
+    assert_eq!(audit.code, 0, "{}", audit.doc);
+    assert_eq!(audit.partitions()[0]["kind"], "amiga");
+
+    let image = Image::new(64 * MIB);
+    run("parted", &["-s", "-a", "none", image.str(), "mklabel", "amiga"]);
+    run("parted", &["-s", "-a", "none", image.str(), "mkpart", "primary", "ext2", "4MiB", "9MiB"]);
+    // The partition block (block 3) on cylinders of 1 × 63 blocks from
+    // cylinder 65: unit 4095, resealed.
+    let mut block = std::fs::read(&image.path).expect("read image")[3 * 512..4 * 512].to_vec();
+    for (index, value) in [(3usize, 1u32), (5, 63), (9, 65), (10, 120)] {
+        block[128 + 4 * index..132 + 4 * index].copy_from_slice(&value.to_be_bytes());
+    }
+    block[8..12].fill(0);
+    let sum = (0..64).fold(0u32, |s, i| {
+        s.wrapping_add(u32::from_be_bytes(block[i * 4..i * 4 + 4].try_into().expect("4 bytes")))
+    });
+    block[8..12].copy_from_slice(&0u32.wrapping_sub(sum).to_be_bytes());
+    put(&image, 3 * 512, &block);
+    let audit = Audit::of(image.str());
+    assert_eq!(audit.rows(), [(1, 4095, 56 * 63)], "{}", audit.doc);
+    assert_eq!((audit.verdict(1), audit.code), ("misaligned", 1));
+}
+
+#[test]
+fn atari_root_sectors() {
+    if !needs(false, &["parted", "partx"]) {
+        return;
+    }
+    let audit = check(&parted_image("atari", PRIMARY, ALIGNED), "atari", &vec![], 0);
+    assert_eq!(audit.partitions()[0]["kind"], "atari");
+    assert_eq!(audit.partitions()[0]["type_id"], "LNX");
+
+    let image = Image::new(64 * MIB);
+    run("parted", &["-s", "-a", "none", image.str(), "mklabel", "atari"]);
+    for (start, end) in [("8193s", "18431s"), ("18432s", "40959s")] {
+        run("parted", &["-s", "-a", "none", image.str(), "mkpart", "primary", "ext2", start, end]);
+    }
+    let audit = check(&image, "atari", &vec![], 1);
+    assert_eq!((audit.verdict(1), audit.verdict(2)), ("misaligned", "aligned"));
+    assert_eq!(parted(image.str()).1, audit.rows());
+}
+
 /// The scheme is named and the exit code is 2.
 fn assert_unsupported(path: &str, scheme: &str) {
     let audit = Audit::of(path);
@@ -270,11 +326,11 @@ fn schemes_parted_writes_are_named() {
     if !needs(false, &["parted"]) {
         return;
     }
-    for (label, scheme) in [("atari", "atari"), ("amiga", "amiga"), ("pc98", "pc98")] {
-        let image = parted_image(label, PRIMARY, ALIGNED);
-        assert_eq!(parted(image.str()).0, label);
-        assert_unsupported(image.str(), scheme);
-    }
+    // Amiga and Atari labels are audited (amiga_rigid_disk_blocks,
+    // atari_root_sectors); PC-98 is only named.
+    let image = parted_image("pc98", PRIMARY, ALIGNED);
+    assert_eq!(parted(image.str()).0, "pc98");
+    assert_unsupported(image.str(), "pc98");
 }
 
 /// Write `bytes` at byte `at` of the image.

@@ -1023,3 +1023,109 @@ fn an_opened_luks_partition_is_followed_through_its_dm_crypt_holder() {
     assert_eq!(found[1]["absolute_offset_bytes"], 2048 * 512 + payload, "{doc}");
     assert_eq!(found[1]["verdict"], "aligned");
 }
+
+/// `advise --json` of `image`: each partition's advice as (layer, command).
+fn advice(image: &str) -> Vec<Vec<(String, String)>> {
+    let out = common::blkalign().args(["advise", "--json", image]).output().expect("advise");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let parts = doc["partitions"].as_array().expect("partitions");
+    let pair = |a: &serde_json::Value| {
+        let text = |k: &str| a[k].as_str().unwrap_or("").to_string();
+        (text("layer"), text("command"))
+    };
+    parts
+        .iter()
+        .map(|p| p["advice"].as_array().expect("advice").iter().map(pair).collect())
+        .collect()
+}
+
+/// `command` through sh, as a user pastes it.
+fn sh(command: &str) {
+    let out = run_stdin("sh", &["-c", command], None);
+    assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Found by a user: an image's advice named `/dev/loopXp1`, and empty ESP
+/// and swap partitions were offered mkfs.ext4 and pvcreate. Each command
+/// printed for an image attaches it itself, makes what fits the
+/// partition's type, and leaves no loop device behind.
+#[test]
+fn advise_runs_as_printed_on_an_image_and_fits_the_partition_type() {
+    if !needs(true, &["losetup", "partx", "sfdisk", "mkfs.vfat", "mkswap", "fsck.vfat"]) {
+        return;
+    }
+    let script = "label: gpt\nsize=300MiB, type=U\nsize=16MiB, type=S\nsize=16MiB\n";
+    let image = Image::sfdisk(400 * MIB, script);
+    let advised = advice(image.str());
+    assert_eq!(advised[0].len(), 1, "{advised:?}");
+    assert_eq!((advised[0][0].0.as_str(), advised[1][0].0.as_str()), ("vfat", "swap"));
+    assert_eq!(advised[2][0].0, "ext4", "{advised:?}");
+    for part in &advised[..2] {
+        assert!(!part[0].1.contains("loopX"), "{advised:?}");
+        sh(&part[0].1);
+    }
+    let attached = out("losetup", &["-j", image.str()]);
+    assert!(attached.trim().is_empty(), "left attached: {attached}");
+    let file = File::open(&image.path).expect("open");
+    let (esp, swap) = (layers_in(&file, 2048, 300 * MIB), layers_in(&file, 2048 + 600 * 1024, MIB));
+    assert!(matches!(esp.details, Details::Fat { bits: 32, cluster_bytes: 4096, .. }), "{esp:?}");
+    assert_eq!(esp.absolute_offset_bytes % 4096, 0, "the data area is aligned: {esp:?}");
+    assert_eq!(swap.kind, Kind::Swap);
+}
+
+/// The outermost layer at LBA `start` of `file`.
+fn layers_in(file: &File, start: u64, len: u64) -> Layer {
+    walk(file, start * 512, len).into_iter().next().expect("a layer")
+}
+
+/// Found by a user: shrink advice for an image read "e2fsck -f 4kn.img
+/// partition 1 (attach it with `losetup -P`) && resize2fs ...". It runs as
+/// printed, and the file system then fits.
+#[test]
+fn shrink_advice_for_an_image_runs_as_printed() {
+    if !needs(true, &["losetup", "partx", "sfdisk", "mkfs.ext4", "e2fsck", "resize2fs"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 * MIB, "label: dos\nstart=2048, size=40960\n");
+    let fs = Image::new(20 * MIB);
+    ext4(fs.str(), 512);
+    embed(&fs.path, &image.path, 2048 * 512);
+    let file = File::open(&image.path).expect("open");
+    let contents = blkalign::stack::identify(&file, 2048 * 512, 20 * MIB).expect("read");
+    let node = blkalign::advise::Node::Image { image: image.path.clone(), number: 1 };
+    let missing = 4 * MIB;
+    let command = blkalign::stack::shrink_node(contents.as_ref(), &node, 20 * MIB, missing);
+    assert!(command.starts_with("dev=$(losetup -fP --show "), "{command}");
+    sh(&command);
+    let shrunk = blkalign::stack::identify(&file, 2048 * 512, 20 * MIB).expect("read");
+    let size = shrunk.and_then(|c| c.size_bytes).expect("ext4 size");
+    assert!(size <= 20 * MIB - missing, "{size}");
+    assert!(out("losetup", &["-j", image.str()]).trim().is_empty(), "left attached");
+}
+
+/// Found by a user: a PV, LUKS or NTFS in a partition at LBA 63 got
+/// pvmove, luksFormat/reencrypt or "fix the layer below"; moving the
+/// partition is what aligns them, so `blkalign realign` comes first.
+#[test]
+fn layers_off_only_because_their_partition_is_get_realign_first() {
+    if !needs(false, &["sfdisk", "mkntfs", "cryptsetup"]) {
+        return;
+    }
+    let image =
+        Image::sfdisk(64 * MIB, "label: dos\nstart=63, size=40000\nstart=43008, size=40000\n");
+    let ntfs_fs = Image::new(40000 * 512);
+    ntfs(ntfs_fs.str(), 512);
+    embed(&ntfs_fs.path, &image.path, 63 * 512);
+    let luks = Image::new(40000 * 512);
+    luks_format(luks.str(), &["--type", "luks2", "--sector-size", "512"]);
+    embed(&luks.path, &image.path, 43008 * 512);
+    let advised = advice(image.str());
+    let realign = format!("blkalign realign {} 1", image.str());
+    assert_eq!(advised[0][0], ("partition".to_string(), realign), "{advised:?}");
+    let text = format!("{advised:?}");
+    for never in ["pvmove", "luksFormat", "reencrypt", "fix the layer below"] {
+        assert!(!text.contains(never), "{never}: {text}");
+    }
+    assert!(advised[1].iter().all(|(layer, _)| layer != "partition"), "aligned: {advised:?}");
+}

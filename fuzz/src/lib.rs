@@ -60,7 +60,8 @@ pub fn walk(img: &mut Image, offset: u64, len: u64) -> Vec<Layer> {
         let _ = stack::judge(layer, 512 << (img.a & 7), u64::from(img.b), Some(u64::from(img.a)));
     }
     if let Ok(contents) = stack::identify(img, offset, len) {
-        let _ = stack::shrink_advice(contents.as_ref(), "/dev/fuzz", len, u64::from(img.a));
+        let node = blkalign::advise::Node::Device("/dev/fuzz".into());
+        let _ = stack::shrink_node(contents.as_ref(), &node, len, u64::from(img.a));
     }
     layers
 }

@@ -23,7 +23,7 @@ fn be_u32(b: &[u8], at: usize) -> u32 {
 }
 
 /// Every partition table checksum: GPT headers and entry arrays, BSD
-/// (whole disk and in MBR slices), Sun, SGI, Amiga.
+/// (whole disk and in MBR slices), Sun, SGI, Amiga (RDB and partition blocks).
 pub fn tables(img: &mut Image) {
     let ss = img.sector_size();
     let last = (img.size / ss).saturating_sub(1);
@@ -101,13 +101,15 @@ fn sgi(img: &mut Image, sector0: &[u8]) {
     img.write_at(504, &sum.wrapping_neg().to_be_bytes());
 }
 
-/// An Amiga Rigid Disk Block in one of the first 16 sectors: rdb_ChkSum
-/// makes the sum of its first rdb_SummedLongs words zero.
+/// An Amiga Rigid Disk Block in one of the first 16 sectors, and partition
+/// blocks ("PART") in the first 64: each checksum (the third long) makes
+/// the sum of the block's first SummedLongs longs zero.
 fn amiga(img: &mut Image) {
-    for lba in 0..16u64 {
+    for lba in 0..64u64 {
         let Some(block) = img.bytes(lba * 512, 512) else { return };
         let longs = (be_u32(&block, 4) & 0x7F) as usize;
-        if !block.starts_with(b"RDSK") || longs < 3 {
+        let rdb = lba < 16 && block.starts_with(b"RDSK");
+        if !(rdb || block.starts_with(b"PART")) || longs < 3 {
             continue;
         }
         let sum =

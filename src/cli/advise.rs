@@ -5,9 +5,9 @@
 use super::output::OutputArgs;
 use super::EXIT_OK;
 use anyhow::Context;
-use blkalign::advise::{self, Advice, Holds, IoSizes};
+use blkalign::advise::{self, Advice, Holds, IoSizes, Node};
 use blkalign::align::Geometry;
-use blkalign::device::{self, SysRoot, Target, TargetKind};
+use blkalign::device::{self, SysRoot, Target};
 use blkalign::report::table::{self, fill, Column, Kind, Style};
 use blkalign::report::{partition_name, PARTITION_NAME_ABOUT};
 use blkalign::table::{self as layout, PartKind};
@@ -46,7 +46,10 @@ struct Document<'a> {
 #[derive(Serialize)]
 struct PartitionAdvice {
     number: u32,
+    /// As the commands name it: for an image, `${dev}pN`.
     node: String,
+    #[serde(skip)]
+    named: Node,
     /// What it holds; null when nothing is recognised.
     contents: Option<blkalign::stack::Contents>,
     /// Why what it holds is unknown.
@@ -84,10 +87,22 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         .iter()
         .filter(|p| p.kind != PartKind::Extended)
         .map(|p| {
-            let node = node(&target, p.number);
+            let named = Node::of(&target, p.number);
+            let part = advise::Partition {
+                node: &named,
+                number: p.number,
+                disk: &target.path,
+                type_id: &p.type_id,
+                start_bytes: p.start.saturating_mul(logical),
+                size_bytes: p.size.saturating_mul(logical),
+                logical,
+                misalignment_bytes: geometry
+                    .judge(p.start, p.size)
+                    .map_or(0, |v| v.misalignment_bytes),
+            };
             let holds = advise::holds(&file, p.start, p.size, logical, topology.size_bytes);
-            let mut advice = advise::advise(&node, &disk, &io, &holds);
-            for more in layer_advice(&file, p, logical, &geometry, &io, &node) {
+            let mut advice = advise::advise(&part, &disk, &io, &holds);
+            for more in layer_advice(&file, &part, &io, &geometry) {
                 // A layer's own advice may repeat what its contents gave.
                 if !advice.contains(&more) {
                     advice.push(more);
@@ -98,7 +113,14 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
                 Holds::Contents(c) => (Some(c), None),
                 Holds::Unreadable(e) => (None, Some(e)),
             };
-            PartitionAdvice { number: p.number, node, contents, error, advice }
+            PartitionAdvice {
+                number: p.number,
+                node: named.shell(),
+                named,
+                contents,
+                error,
+                advice,
+            }
         })
         .collect();
     if args.json {
@@ -114,6 +136,9 @@ struct Row<'a> {
     target: &'a Target,
     part: &'a PartitionAdvice,
     advice: &'a Advice,
+    /// An image's commands as run once it is attached (the listing says
+    /// how once); raw output keeps each runnable alone.
+    attached: bool,
 }
 
 /// The columns `advise` can print (`-o`).
@@ -143,7 +168,8 @@ fn columns<'a>() -> Vec<Column<Row<'a>>> {
             |r, _| (if r.advice.destroys_data { "yes" } else { "no" }).to_string(),
         ),
         column("COMMAND", "what to run (empty for something only to know)", Text, |r, _| {
-            r.advice.command.clone().unwrap_or_default()
+            let attached = r.advice.attached.as_ref().filter(|_| r.attached);
+            attached.or(r.advice.command.as_ref()).cloned().unwrap_or_default()
         }),
         column("WHY", "why, in words", Free, |r, _| r.advice.why.clone()),
     ]
@@ -157,8 +183,9 @@ fn text<'a>(
     columns: &[&Column<Row<'a>>],
     style: &Style,
 ) -> String {
+    let attached = !style.raw;
     let rows = |part: &'a PartitionAdvice| {
-        part.advice.iter().map(move |a| Row { target, part, advice: a })
+        part.advice.iter().map(move |a| Row { target, part, advice: a, attached })
     };
     if style.raw {
         let all: Vec<Row> = advice.iter().flat_map(rows).collect();
@@ -168,6 +195,16 @@ fn text<'a>(
         return "no partitions: partition the disk first (blkalign partition)\n".into();
     }
     let mut out = String::new();
+    if let Some(attach) = advice.first().and_then(|p| p.named.attach()) {
+        let text = format!(
+            "{} is an image: the commands naming ${{dev}}pN run on its partitions once the \
+             line below attaches it; detach it (losetup -d $dev) when done, and before any \
+             `blkalign realign`:",
+            target.path.display()
+        );
+        out += &fill("", 2, &text, style.width);
+        out += &format!("  {attach}\n");
+    }
     for p in advice {
         let holds = match (&p.contents, &p.error) {
             (Some(c), _) => match &c.label {
@@ -177,11 +214,15 @@ fn text<'a>(
             (None, Some(_)) => "unreadable".into(),
             (None, None) => "empty (no signature found)".into(),
         };
-        out += &fill("", 4, &format!("partition {} ({}): {holds}", p.number, p.node), style.width);
+        let name = match &p.named {
+            Node::Device(node) => format!("partition {} ({node})", p.number),
+            image => image.to_string(),
+        };
+        out += &fill("", 4, &format!("{name}: {holds}"), style.width);
         if p.advice.iter().any(|a| a.destroys_data) {
             let warning = format!(
                 "DESTROYS DATA on {}: a command with DESTROYS yes replaces what it holds",
-                p.node
+                p.named
             );
             out += &fill("  # ", 4, &warning, style.width);
         }
@@ -190,34 +231,18 @@ fn text<'a>(
     out
 }
 
-/// Advice from the layers found inside partition `p`: what fixes each one
-/// that is not aligned.
+/// Advice from the layers found inside partition `part`: what fixes each
+/// one that is not aligned.
 fn layer_advice(
     file: &std::fs::File,
-    p: &blkalign::table::Partition,
-    logical: u64,
-    geometry: &Geometry,
+    part: &advise::Partition,
     io: &IoSizes,
-    node: &str,
+    geometry: &Geometry,
 ) -> Vec<Advice> {
-    let (Some(at), Some(len)) = (p.start.checked_mul(logical), p.size.checked_mul(logical)) else {
-        return Vec::new();
-    };
-    blkalign::audit::layers_at(file, at, len, geometry)
+    blkalign::audit::layers_at(file, part.start_bytes, part.size_bytes, geometry)
         .iter()
-        .filter_map(|l| advise::for_layer(node, io, &l.layer, &l.verdict))
+        .filter_map(|l| advise::for_layer(part, io, &l.layer, &l.verdict))
         .collect()
-}
-
-/// /dev/sda -> /dev/sda1, /dev/nvme0n1 -> /dev/nvme0n1p1; images have no
-/// partition nodes, so name the loop device partition to expect.
-fn node(target: &Target, number: u32) -> String {
-    let path = target.path.display().to_string();
-    match target.kind {
-        TargetKind::Image => format!("/dev/loopXp{number}"),
-        _ if path.ends_with(|c: char| c.is_ascii_digit()) => format!("{path}p{number}"),
-        _ => format!("{path}{number}"),
-    }
 }
 
 /// The disk's sysfs device path runs through a USB host.

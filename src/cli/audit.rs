@@ -25,7 +25,7 @@ pub enum Format {
   blkalign audit -o +END,SECTORS,PARTLABEL /dev/sda
   blkalign audit -rn -o NAME,VERDICT        one line per partition, for scripts
   blkalign audit --output help              the columns
-  blkalign audit --json | jq '.targets[].partitions[] | select(.verdict == \"misaligned\")'")]
+  blkalign audit --json | jq '.targets[].partitions[] | [.number, .verdict]'")]
 pub struct Args {
     /// Whole disks (/dev/sda), partitions (audits their disk, highlights the
     /// partition) or disk-image files. Default: every disk on this machine.

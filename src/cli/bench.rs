@@ -7,7 +7,7 @@ use anyhow::{bail, Context};
 use blkalign::bench::{self, plan, rng::Rng, safety, stats, CellResult, Mode, Phase, Plan};
 use blkalign::bench::{cpu_latency::CpuLatency, Progress, Report, Span};
 use blkalign::device::{self, SysRoot};
-use blkalign::report::table::{Column, Kind, Units};
+use blkalign::report::table::{self, Column, Kind, Style, Units};
 use blkalign::units::{size_arg, SIZE_SYNTAX};
 use indicatif::{HumanDuration, ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -33,7 +33,8 @@ pub struct Args {
     /// A disk, partition or image. Writes put back the bytes read there
     /// before the timed phase (unless --destructive); a mounted or held
     /// device is refused.
-    target: PathBuf,
+    #[arg(required_unless_present = "columns")]
+    target: Option<PathBuf>,
 
     /// The workload.
     #[arg(long, value_enum, default_value_t = Pattern::Random)]
@@ -132,7 +133,7 @@ pub struct Args {
 fn after_help() -> String {
     format!(
         "Examples:
-  blkalign bench /dev/sdb                          4 KiB writes at offsets 0 and 512
+  blkalign bench /dev/sdb                     4 KiB writes at offsets 0 and 512
   blkalign bench /dev/sdb --offset 0,512,3584 --count 500 --sync
   blkalign bench /dev/sdb --pattern phybs --svg phybs.svg
   blkalign bench /dev/sdb --pattern stride --base 0,63,2048 --total 16MiB
@@ -158,11 +159,9 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     }
     let all = columns();
     let Some(columns) = args.output.columns(&all)? else { return Ok(EXIT_OK) };
+    let target = args.target.as_deref().context("name the disk, partition or image to time")?;
     if args.destructive && !args.yes {
-        bail!(
-            "--destructive overwrites the data on {}: add --yes to confirm",
-            args.target.display()
-        );
+        bail!("--destructive overwrites the data on {}: add --yes to confirm", target.display());
     }
     let mode = match (args.read, args.destructive) {
         (true, _) => Mode::Read,
@@ -170,7 +169,6 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         (false, false) => Mode::Write,
     };
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
-    let target = &args.target;
     if mode != Mode::Read {
         // Before the exclusive open, which would itself look like a claim;
         // that open then keeps anyone from mounting it until we are done.
@@ -204,7 +202,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     } else {
         super::emit(&args.output.table(&columns, &report.results))?;
         if !args.output.raw {
-            super::emit(&summary(&report, args.output.style().units))?;
+            super::emit(&summary(&report, &args.output.style()))?;
         }
     }
     Ok(EXIT_OK)
@@ -408,8 +406,15 @@ fn columns() -> Vec<Column<CellResult>> {
             u.size(r.step)
         }),
         column("MSEC", "summed latency, milliseconds", true, |r, _| format!("{:.1}", r.msec)),
-        column("IOPS", "requests per second (phybs' tps)", true, |r, _| format!("{:.1}", r.iops)),
-        column("KBPS", "kilobytes (1000 bytes) per second", true, |r, _| format!("{:.1}", r.kbps)),
+        column(
+            "IOPS",
+            "requests per second from latency: COUNT ÷ MSEC (phybs' tps)",
+            true,
+            |r, _| format!("{:.1}", r.iops),
+        ),
+        column("KBPS", "kilobytes (1000 bytes) per second, from latency as IOPS", true, |r, _| {
+            format!("{:.1}", r.kbps)
+        }),
         column("P5", "5th percentile latency, microseconds", true, |r, _| {
             format!("{:.0}", r.lat_us.p5)
         }),
@@ -421,12 +426,23 @@ fn columns() -> Vec<Column<CellResult>> {
 }
 
 /// What the run sustained, and each size's penalty.
-fn summary(report: &Report, units: Units) -> String {
+fn summary(report: &Report, style: &Style) -> String {
+    let units = style.units;
     let requests: u64 = report.results.iter().map(|r| r.count).sum();
     let mut out = format!(
         "{requests} requests in {:.2} s at depth {} ({}): {:.1} IOPS overall\n",
         report.wall_s, report.iodepth, report.engine, report.throughput_iops
     );
+    // Requests in flight together share the wall time: a row's rates come
+    // from its requests' own latencies, not from what the queue sustained.
+    if report.iodepth > 1 {
+        let text = format!(
+            "per row, IOPS and KBPS come from the requests' latencies (COUNT ÷ MSEC): the rate \
+             of one request at a time, not of {} in flight",
+            report.iodepth
+        );
+        out += &table::fill("", 2, &text, style.width);
+    }
     out += &match report.cpu_latency_us {
         Some(0) => "CPU latency limit: 0 µs, idle CPUs polling\n".to_string(),
         Some(us) => format!("CPU latency limit: {us} µs\n"),

@@ -21,8 +21,8 @@ const SECTOR: u64 = 512;
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  blkalign demo                     # in a temporary directory, removed afterwards
-  sudo blkalign demo --dir /tmp/d   # with root and nbdkit: also the emulated WD Green, timed")]
+  blkalign demo                     # in a temporary directory, removed after
+  sudo blkalign demo --dir /tmp/d   # root and nbdkit: the emulated WD Green too")]
 pub struct Args {
     /// Keep the demo's files here [default: a temporary directory, removed
     /// afterwards].

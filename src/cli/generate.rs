@@ -25,7 +25,7 @@ pub struct ManArgs {
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  blkalign completions bash > ~/.local/share/bash-completion/completions/blkalign
+  blkalign completions bash > /etc/bash_completion.d/blkalign
   blkalign completions zsh > \"${fpath[1]}/_blkalign\"
   blkalign completions fish > ~/.config/fish/completions/blkalign.fish")]
 pub struct CompletionsArgs {

@@ -31,6 +31,7 @@ pub const EXIT_ERROR: u8 = 2;
     version,
     about,
     propagate_version = true,
+    term_width = 80,
     after_help = "Examples:
   blkalign audit                         # every disk, read-only
   blkalign audit /dev/sdb --json

@@ -21,8 +21,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 #[derive(clap::Args)]
 #[group(skip)]
 #[command(after_help = "Examples:
-  blkalign partition /dev/sdb --part 512MiB:efi --part rest:linux          # the plan only
-  blkalign partition /dev/sdb --part 512MiB:efi --part rest:linux --yes    # write it
+  blkalign partition /dev/sdb --part 512MiB:efi --part rest:linux     # the plan
+  blkalign partition /dev/sdb --part 512MiB:efi --part rest:linux --yes
   sfdisk -d /dev/sda | blkalign partition disk.img --script - --yes
   blkalign restore ./blkalign-backup-sdb-1763800000.bin                   # undo
 

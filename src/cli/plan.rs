@@ -101,7 +101,7 @@ pub fn make(args: &Args, root: &SysRoot) -> anyhow::Result<(Target, Plan)> {
     let cannot = || format!("cannot plan {}", target.path.display());
     check_sector_size(&script, &disk, &target)?;
     let align = with_grain(parse_align(&args.align)?, &disk, script.grain)?;
-    let mut plan = plan::plan(&disk, label, align, args.cylinder_compatible, &script.requests)
+    let mut plan = plan::plan_script(&disk, label, align, args.cylinder_compatible, &script)
         .with_context(cannot)?;
     script.bound(&mut plan).map_err(anyhow::Error::msg).with_context(cannot)?;
     tell_dropped(args, &script, &plan);
@@ -177,18 +177,18 @@ fn tell_dropped(args: &Args, script: &Script, plan: &Plan) {
             script.dropped.join(", ")
         );
     }
-    let ours = plan.partitions.iter().filter(|p| p.role != Role::Extended).map(|p| p.number);
-    let renumbered: Vec<String> = script
-        .numbers
+    let theirs = |p: &Planned| p.request.and_then(|i| script.numbers.get(i).copied().flatten());
+    let renumbered: Vec<String> = plan
+        .partitions
         .iter()
-        .zip(ours)
-        .filter_map(|(theirs, ours)| {
-            theirs.filter(|&n| n != ours).map(|n| format!("{n} as {ours}"))
+        .filter_map(|p| {
+            theirs(p).filter(|&n| n != p.number).map(|n| format!("{n} as {}", p.number))
         })
         .collect();
     if !renumbered.is_empty() {
         eprintln!(
-            "blkalign: note: {name}: the plan numbers partitions in order (making its own \
+            "blkalign: note: {name}: the plan numbers partitions in order (logical ones from \
+             5, as their chain of EBRs does; without node names, all of them, making its own \
              extended partition): {}",
             renumbered.join(", ")
         );

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
   blkalign probe /dev/sdb                  physical sector and alignment offset
   blkalign probe /dev/sdb --where free     write only where no partition is
   blkalign probe /dev/sdb --json | jq .physical_sector_size
-  blkalign audit --probe --yes /dev/sdb    judge the partitions by what was measured
+  blkalign audit --probe --yes /dev/sdb    judge partitions by what was measured
 
 Exit status: 0 when the kernel reports the geometry measured (or no penalty
 shows), 1 when the kernel is wrong about the drive, 2 on an error.
@@ -53,6 +53,17 @@ enum Where {
 pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let target = &args.target;
+    if std::fs::metadata(target).is_ok_and(|m| m.is_file()) {
+        // Its writes land in the page cache and the host's file system: no
+        // penalty can show, and "none found" would be a confident lie.
+        anyhow::bail!(
+            "{}: a regular file has no drive of its own to time; probe the disk it lives on, \
+             or attach it as an emulated drive (blkalign emulate start --file {} --preset \
+             wd-ears) and probe that",
+            target.display(),
+            target.display()
+        );
+    }
     let file = device::open_path(target)?;
     let within = match args.place {
         Where::Start => None,

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  blkalign realign /dev/sdb                 # the plan: what moves where, how long
+  blkalign realign /dev/sdb                 # the plan: what moves, how long
   blkalign realign /dev/sdb --yes           # move every misaligned partition
   blkalign realign disk.img 2 --to 2048 --yes
   blkalign realign --status /var/lib/blkalign/journals/sdb-p2.journal
@@ -90,7 +90,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         if !args.partitions.is_empty() && !args.partitions.contains(&n) {
             bail!(
                 "partition {n} of {} has an unfinished move (journal {}): finish it first with \
-                 `blkalign realign {} --yes`",
+                 `blkalign realign {} {n} --yes`",
                 path.display(),
                 journal.path().display(),
                 path.display()
@@ -106,6 +106,9 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     }
     let wanted = disk.wanted(&args.partitions)?;
     if wanted.is_empty() {
+        if args.json {
+            print_plan(&PlanOutput { target: path, dry_run: !args.yes, moves: Vec::new() }, true)?;
+        }
         eprintln!("nothing to move: every partition starts on a physical sector boundary");
         return Ok(EXIT_OK);
     }
@@ -296,9 +299,12 @@ impl Disk {
         for placed in self.place_all(args, wanted)? {
             let item = match placed {
                 Ok(placement) => self.planned(args, &layout, &placement)?,
-                Err(err @ PlaceError::AlreadyAligned(n, ..)) => {
-                    Planned { partition: n, notes: vec![err.to_string()], ..Planned::default() }
-                }
+                Err(err @ PlaceError::AlreadyAligned(n, _, start)) => Planned {
+                    partition: n,
+                    old_start: Some(start),
+                    notes: vec![err.to_string()],
+                    ..Planned::default()
+                },
                 Err(err) => {
                     refused = true;
                     self.refusal(&layout, err)
@@ -306,14 +312,13 @@ impl Disk {
             };
             report.push(item);
         }
-        let out =
-            PlanOutput { version: 1, target: &self.target.path, dry_run: true, moves: report };
+        let out = PlanOutput { target: &self.target.path, dry_run: true, moves: report };
         print_plan(&out, args.json)?;
         if refused {
             eprintln!("refused: nothing written");
             return Ok(EXIT_ERROR);
         }
-        self.preflight(args, &wanted)?;
+        self.preflight(args, wanted)?;
         eprintln!("dry run: nothing written; add --yes to move");
         Ok(EXIT_OK)
     }
@@ -335,9 +340,9 @@ impl Disk {
         Ok(Planned {
             partition: m.partition,
             contents: m.contents.clone(),
-            old_start: m.old_start,
-            new_start: m.new_start,
-            sectors: m.sectors,
+            old_start: Some(m.old_start),
+            new_start: Some(m.new_start),
+            sectors: Some(m.sectors),
             direction: Some(m.direction()),
             bytes: m.bytes(),
             shift_bytes: m.shift_bytes(),
@@ -364,38 +369,20 @@ impl Disk {
             let ss = layout.sector_size;
             let contents =
                 blkalign::stack::identify(&self.reader, p.start * ss, p.size * ss).ok().flatten();
-            let device = self.partition_path(partition);
+            let node = blkalign::advise::Node::of(&self.target, partition);
             why += &format!(
                 ". To make room, shrink it by at least {} ({missing} sectors): {}; then shrink \
                  partition {partition} to match and rerun",
                 human_size(missing * ss),
-                blkalign::stack::shrink_advice(
-                    contents.as_ref(),
-                    &device,
-                    p.size * ss,
-                    missing * ss
-                )
+                blkalign::stack::shrink_node(contents.as_ref(), &node, p.size * ss, missing * ss)
             );
-            if self.target.kind == TargetKind::Image {
-                why += &format!(
-                    " (/dev/loopX: the image attached with `losetup -fP {}`)",
-                    self.target.path.display()
-                );
-            }
         }
-        Planned { partition, refused: Some(why), ..Planned::default() }
-    }
-
-    fn partition_path(&self, n: u32) -> String {
-        match &self.target.name {
-            Some(name) if name.ends_with(|c: char| c.is_ascii_digit()) => {
-                format!("/dev/{name}p{n}")
-            }
-            Some(name) => format!("/dev/{name}{n}"),
-            None => format!(
-                "{} partition {n} (attach it with `losetup -P`)",
-                self.target.path.display()
-            ),
+        Planned {
+            partition,
+            old_start: p.map(|p| p.start),
+            sectors: p.map(|p| p.size),
+            refused: Some(why),
+            ..Planned::default()
         }
     }
 
@@ -522,7 +509,6 @@ impl Disk {
         state::remove(&absolute)?;
         let seconds = started.elapsed().as_secs_f64();
         let done = Done {
-            version: 1,
             target: &self.target.path,
             partition: m.partition,
             old_start: m.old_start,
@@ -554,22 +540,23 @@ impl Disk {
         let Some(name) = &self.target.name else { return };
         let known =
             device::kernel_partitions(&self.root, name).iter().any(|k| k.number == m.partition);
-        if !known {
-            return;
-        }
         let part = KernelPart {
             number: m.partition,
             start: m.new_start * m.sector_size,
             length: m.sectors * m.sector_size,
         };
-        if let Err(e) =
-            exclusive::update_partitions(writer, &self.target.path, &[m.partition], &[part])
-        {
-            eprintln!(
+        // Added even when the kernel lacks it: a rerun after a crash mid-table
+        // finds a disk the kernel scanned while its table was torn (the kernel
+        // lab's crash states). A disk without partitions (a loop device
+        // attached without -P) refuses with EINVAL: nothing to tell it.
+        let told = exclusive::update_partitions(writer, &self.target.path, &[m.partition], &[part]);
+        match told {
+            Err(e) if known || !e.is_no_partitions() => eprintln!(
                 "warning: the kernel still sees the old partition {} ({e}); run `partx -u {}` or reboot",
                 m.partition,
                 self.target.path.display()
-            );
+            ),
+            _ => {}
         }
     }
 }
@@ -642,9 +629,9 @@ fn progress(total: u64) -> ProgressBar {
 struct Planned {
     partition: u32,
     contents: Option<String>,
-    old_start: u64,
-    new_start: u64,
-    sectors: u64,
+    old_start: Option<u64>,
+    new_start: Option<u64>,
+    sectors: Option<u64>,
     direction: Option<blkalign::realign::Direction>,
     bytes: u64,
     shift_bytes: u64,
@@ -662,7 +649,6 @@ struct Planned {
 
 #[derive(Serialize)]
 struct PlanOutput<'a> {
-    version: u32,
     target: &'a Path,
     dry_run: bool,
     moves: Vec<Planned>,
@@ -670,7 +656,6 @@ struct PlanOutput<'a> {
 
 #[derive(Serialize)]
 struct Done<'a> {
-    version: u32,
     target: &'a Path,
     partition: u32,
     old_start: u64,
@@ -697,21 +682,26 @@ fn print_plan(out: &PlanOutput, json: bool) -> anyhow::Result<()> {
             text += &format!("{head}: {}\n", m.notes.join("; "));
             continue;
         }
+        let (Some(old_start), Some(new_start), Some(sectors)) =
+            (m.old_start, m.new_start, m.sectors)
+        else {
+            continue;
+        };
         let contents = m.contents.as_deref().unwrap_or("contents not recognised");
-        let shift = m.new_start.abs_diff(m.old_start);
-        let direction = if m.new_start > m.old_start { "right" } else { "left" };
+        let shift = new_start.abs_diff(old_start);
+        let direction = if new_start > old_start { "right" } else { "left" };
         text += &format!(
             "{head} ({contents}, {}): LBA {} -> {} ({direction} by {shift} sector{})\n",
             human_size(m.bytes),
-            m.old_start,
-            m.new_start,
+            old_start,
+            new_start,
             if shift == 1 { "" } else { "s" }
         );
         if let Some([first, last]) = m.room {
             text += &format!(
                 "  room: LBA {first}-{last} is free for it; it needs LBA {}-{}\n",
-                m.new_start,
-                m.new_start + m.sectors - 1
+                new_start,
+                new_start + sectors - 1
             );
         }
         text += if m.journaled {
@@ -737,7 +727,6 @@ fn print_plan(out: &PlanOutput, json: bool) -> anyhow::Result<()> {
 
 #[derive(Serialize)]
 struct Status<'a> {
-    version: u32,
     journal: &'a Path,
     target: &'a Path,
     partition: u32,
@@ -759,7 +748,6 @@ fn status(path: &Path, json: bool) -> anyhow::Result<u8> {
 fn print_status(j: &Journal, json: bool) -> anyhow::Result<()> {
     let m = &j.record;
     let s = Status {
-        version: 1,
         journal: j.path(),
         target: &m.target,
         partition: m.partition,

@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
-  blkalign restore ./blkalign-backup-sdb-1763800000.bin          # what would be put back
+  blkalign restore ./blkalign-backup-sdb-1763800000.bin    # what goes back
   blkalign restore ./blkalign-backup-sdb-1763800000.bin --yes
-  blkalign restore ./blkalign-backup-sdb-1763800000.bin /dev/sdc --yes   # the disk was renamed
+  blkalign restore ./blkalign-backup-sdb-1763800000.bin /dev/sdc --yes # renamed
 
 The disk's size, sector size, serial and WWN must match the backup's, and
 the sectors must still hold what `partition` wrote.")]

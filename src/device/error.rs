@@ -20,6 +20,9 @@ pub enum DeviceError {
     NotBlockOrFile { path: PathBuf, kind: &'static str },
     #[error("{}: block device {number} has no entry under sys/dev/block", path.display())]
     NoSysfs { path: PathBuf, number: String },
+    /// An unbound loop device reads as an empty disk: say what it is.
+    #[error("{}: loop device not attached to any file (losetup {} FILE attaches one)", .0.display(), .0.display())]
+    NotAttached(PathBuf),
     #[error("invalid override: {0}")]
     InvalidOverride(String),
 }

@@ -18,6 +18,15 @@ pub enum ExclusiveError {
     Io { path: PathBuf, source: std::io::Error },
 }
 
+impl ExclusiveError {
+    /// The device takes no partitions (EINVAL from BLKPG): a loop device
+    /// attached without partition scanning.
+    pub fn is_no_partitions(&self) -> bool {
+        let einval = Some(Errno::INVAL.raw_os_error());
+        matches!(self, ExclusiveError::Io { source, .. } if source.raw_os_error() == einval)
+    }
+}
+
 fn io_error(path: &Path, e: impl Into<std::io::Error>) -> ExclusiveError {
     ExclusiveError::Io { path: path.to_path_buf(), source: e.into() }
 }

@@ -107,11 +107,13 @@ mod error;
 pub mod exclusive;
 mod ioctl;
 pub mod quirks;
+mod stack;
 pub(crate) mod sysfs;
 mod target;
 mod topology;
 
 pub use error::DeviceError;
+pub use stack::{held, origins, Origin};
 pub use sysfs::{crypt_holder, kernel_partitions, KernelPartition, SysRoot};
 pub use target::{check_kind, list_disks, open, open_checked, open_path, resolve};
 pub use topology::{topology, validate_overrides};

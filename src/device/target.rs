@@ -45,14 +45,22 @@ fn disk_target(root: &SysRoot, name: String, selected_partition: Option<u32>) ->
 /// `selected_partition` set) or a regular file (an image).
 pub fn resolve(root: &SysRoot, path: &Path) -> Result<Target, DeviceError> {
     let meta = check_kind(path)?;
-    if meta.file_type().is_block_device() {
-        return resolve_block(root, path, meta.rdev());
+    let target = if meta.file_type().is_block_device() {
+        resolve_block(root, path, meta.rdev())?
+    } else if let Some(target) = fixture_node(root, path) {
+        target
+    } else {
+        let path = path.to_path_buf();
+        return Ok(Target { path, name: None, kind: TargetKind::Image, selected_partition: None });
+    };
+    // A bound loop device has SYS/block/loopN/loop; an unbound one is an
+    // empty disk that would pass for "no table, nothing to check".
+    let unbound =
+        |name: &String| name.starts_with("loop") && !root.block(name).join("loop").is_dir();
+    if target.name.as_ref().is_some_and(unbound) {
+        return Err(DeviceError::NotAttached(path.to_path_buf()));
     }
-    if let Some(target) = fixture_node(root, path) {
-        return Ok(target);
-    }
-    let path = path.to_path_buf();
-    Ok(Target { path, name: None, kind: TargetKind::Image, selected_partition: None })
+    Ok(target)
 }
 
 /// Stat `path` without opening it and refuse anything but a block device

@@ -63,9 +63,12 @@ pub fn place(
         PartKind::Primary | PartKind::Logical | PartKind::Gpt => {}
         PartKind::Extended => return Err(cannot("it is an extended container; move its logicals")),
         PartKind::Unknown => return Err(cannot("the table could not be read")),
-        PartKind::Bsd | PartKind::Sun | PartKind::Sgi | PartKind::Mac => {
-            return Err(cannot("only MBR and GPT partitions can be moved"))
-        }
+        PartKind::Bsd
+        | PartKind::Sun
+        | PartKind::Sgi
+        | PartKind::Mac
+        | PartKind::Amiga
+        | PartKind::Atari => return Err(cannot("only MBR and GPT partitions can be moved")),
     }
     let room = room(layout, p, disk_sectors).map_err(|why| cannot(&why))?;
     let first = p.kind != PartKind::Logical

@@ -4,7 +4,7 @@
 use super::table::{self, fill, Column, Kind, Style, Units};
 use super::{human_size, partition_name, PARTITION_NAME_ABOUT};
 use crate::align::Class;
-use crate::audit::{DiskAudit, LayerAudit, PartitionAudit};
+use crate::audit::{DiskAudit, LayerAudit, OriginAudit, PartitionAudit};
 use crate::device::{Source, Sourced, Topology};
 use crate::table::{types, PartKind, Severity};
 use std::fmt::Write;
@@ -88,7 +88,7 @@ pub fn columns<'a>() -> Vec<Column<Row<'a>>> {
         column("DETAIL", "what the verdict costs, and the nearest aligned starts", Free, |r, _| {
             match r {
                 Row::Partition(_, p) => detail(p),
-                Row::Layer(l) => layer_detail(l),
+                Row::Layer(l) => layer_detail(l, "the disk"),
             }
         }),
     ]
@@ -160,10 +160,19 @@ fn disk<'a>(out: &mut String, a: &'a DiskAudit, columns: &[&Column<Row<'a>>], st
         let label = c.label.as_deref().map(|l| format!(" labelled {l:?}")).unwrap_or_default();
         say(out, "  holds: ", &format!("{}{label} from byte 0, with no partition table", c.name));
     }
+    for o in &a.stack {
+        say(out, "  stack: ", &origin_line(o));
+    }
+    // A stacked device's layers count from its own byte 0.
+    let whole = if a.stack.is_empty() { "the disk" } else { "the device" };
     if shows_layers(&a.layers) {
         for l in &a.layers {
-            let text =
-                format!("{}  {}  {}", layer_name(l), l.verdict.verdict.as_str(), layer_detail(l));
+            let text = format!(
+                "{}  {}  {}",
+                layer_name(l),
+                l.verdict.verdict.as_str(),
+                layer_detail(l, whole)
+            );
             say(out, "  ", &text);
         }
     }
@@ -178,6 +187,11 @@ fn disk<'a>(out: &mut String, a: &'a DiskAudit, columns: &[&Column<Row<'a>>], st
     if !a.partitions.is_empty() {
         out.push_str(&table::render(columns, &rows(a, columns), style, 2, selected));
     }
+    let held = a.data_partitions().flat_map(|p| p.holders.iter().map(move |o| (Some(p), o)));
+    for (p, o) in a.holders.iter().map(|o| (None, o)).chain(held) {
+        let what = p.map_or(String::new(), |p| format!("partition {}: ", p.partition.number));
+        say(out, "  held: ", &format!("{what}{}", origin_line(o)));
+    }
     for s in a.structures.iter().filter(|s| !s.aligned_physical && s.what == "ebr") {
         let text = format!(
             "EBR at LBA {} is not on a physical boundary (harmless: it is read once)",
@@ -188,6 +202,22 @@ fn disk<'a>(out: &mut String, a: &'a DiskAudit, columns: &[&Column<Row<'a>>], st
     say(out, "  summary: ", &summary(a));
     if let Some(hint) = hint(a) {
         say(out, "  hint: ", &hint);
+    }
+}
+
+/// Where a stacked device's way down puts its bytes on a disk.
+fn origin_line(o: &OriginAudit) -> String {
+    let via = o.origin.via.join(" → ");
+    let (disk, from) = (&o.origin.disk, o.origin.device_offset_bytes);
+    let what = if from == 0 { format!("{via}: byte 0") } else { format!("{via}: byte {from}") };
+    match (o.origin.disk_offset_bytes, o.misalignment_bytes) {
+        (Some(at), Some(0)) => format!("{what} at byte {at} of {disk}, aligned"),
+        (Some(at), Some(off)) => format!(
+            "{what} at byte {at} of {disk}, misaligned: {off} bytes past a {}-byte physical \
+             boundary",
+            o.physical_sector_size
+        ),
+        _ => format!("{what}: where it lies on {disk} is not known (the mapping is unreadable)"),
     }
 }
 
@@ -267,10 +297,11 @@ fn layer_name(l: &LayerAudit) -> String {
     format!("{indent}└ {}{label}", layer.name)
 }
 
-fn layer_detail(l: &LayerAudit) -> String {
+/// `whole`: what the absolute offset counts from.
+fn layer_detail(l: &LayerAudit, whole: &str) -> String {
     let layer = &l.layer;
     let mut detail = format!(
-        "data at byte {} of the disk ({} into its container)",
+        "data at byte {} of {whole} ({} into its container)",
         layer.absolute_offset_bytes, layer.offset_bytes
     );
     if let Some(unit) = layer.unit_bytes {
@@ -324,10 +355,19 @@ fn detail(p: &PartitionAudit) -> String {
 fn summary(a: &DiskAudit) -> String {
     let data: Vec<&PartitionAudit> = a.data_partitions().collect();
     let count = |c: Class| data.iter().filter(|p| p.verdict.verdict == c).count();
+    let layers: Vec<Class> =
+        data.iter().flat_map(|p| &p.layers).chain(&a.layers).map(|l| l.verdict.verdict).collect();
+    let held = data.iter().flat_map(|p| &p.holders).chain(&a.holders).chain(&a.stack);
+    let mappings: Vec<Class> = held.filter_map(|o| o.verdict).collect();
+    // Say what is off: a partition's start, or only what lies inside.
+    let starts = |c: Class| data.iter().any(|p| p.verdict.verdict == c);
     let verdict = match a.worst() {
         _ if a.error.is_some() && a.partitions.is_empty() => "NOT CHECKED",
         Some(Class::Misaligned) => "MISALIGNED",
-        Some(Class::Suboptimal) => "aligned to physical sectors, some starts suboptimal",
+        Some(Class::Suboptimal) if starts(Class::Suboptimal) => {
+            "aligned to physical sectors, some starts suboptimal"
+        }
+        Some(Class::Suboptimal) => "aligned to physical sectors, some layers inside suboptimal",
         Some(Class::Aligned) => "all aligned",
         None => "no partitions",
     };
@@ -335,15 +375,22 @@ fn summary(a: &DiskAudit) -> String {
         Some(g) if g.physical_assumed => " (judged against 4096-byte physical sectors, assumed: pass --trust-kernel to believe the drive)",
         _ => "",
     };
-    let layers = data.iter().flat_map(|p| &p.layers).chain(&a.layers);
-    let bad = layers.filter(|l| l.verdict.verdict == Class::Misaligned).count();
-    let bad = match bad {
-        0 => String::new(),
-        1 => ", 1 layer inside misaligned".to_string(),
-        n => format!(", {n} layers inside misaligned"),
-    };
+    let mut off = String::new();
+    let kinds = [
+        (&layers, "layer inside", "layers inside"),
+        (&mappings, "stacked mapping", "stacked mappings"),
+    ];
+    for (found, one, many) in kinds {
+        for class in [Class::Suboptimal, Class::Misaligned] {
+            off += &match found.iter().filter(|&&c| c == class).count() {
+                0 => String::new(),
+                1 => format!(", 1 {one} {}", class.as_str()),
+                n => format!(", {n} {many} {}", class.as_str()),
+            };
+        }
+    }
     format!(
-        "{verdict}: {} partition{}, {} aligned, {} suboptimal, {} misaligned{bad}{assumed}",
+        "{verdict}: {} partition{}, {} aligned, {} suboptimal, {} misaligned{off}{assumed}",
         data.len(),
         if data.len() == 1 { "" } else { "s" },
         count(Class::Aligned),

@@ -1,7 +1,9 @@
 //! The JSON contract (version 1): fields may be added, none renamed.
 
 use crate::align::Class;
-use crate::audit::{DiskAudit, LayerAudit, PartSource, PartitionAudit, StructureAudit, TableState};
+use crate::audit::{
+    DiskAudit, LayerAudit, OriginAudit, PartSource, PartitionAudit, StructureAudit, TableState,
+};
 use crate::device::{Source, TargetKind};
 use crate::stack::Contents;
 use crate::table::{PartKind, Problem};
@@ -42,6 +44,11 @@ struct Target<'a> {
     contents: Option<&'a Contents>,
     /// For `table` "none": the layers from byte 0, outermost first.
     layers: &'a [LayerAudit],
+    /// For a stacked device (md, device-mapper): each way its bytes reach
+    /// a disk under it, and where its byte 0 falls there.
+    stack: &'a [OriginAudit],
+    /// The stacked devices the kernel has open on the whole disk.
+    holders: &'a [OriginAudit],
     problems: &'a [Problem],
     notes: &'a [String],
     error: Option<&'a str>,
@@ -71,6 +78,9 @@ struct Partition<'a> {
     selected: bool,
     /// What it holds, outermost first.
     layers: &'a [LayerAudit],
+    /// The stacked devices the kernel has open above it (sysfs holders),
+    /// each where its bytes land on the disk.
+    holders: &'a [OriginAudit],
 }
 
 pub fn render(audits: &[DiskAudit]) -> String {
@@ -107,6 +117,8 @@ fn target(a: &DiskAudit) -> Target<'_> {
         scheme: a.scheme,
         contents: a.contents.as_ref(),
         layers: &a.layers,
+        stack: &a.stack,
+        holders: &a.holders,
         problems: &a.problems,
         notes: t.map(|t| t.notes.as_slice()).unwrap_or_default(),
         error: a.error.as_deref(),
@@ -137,5 +149,6 @@ fn partition(p: &PartitionAudit) -> Partition<'_> {
         cost: v.cost.as_deref(),
         selected: p.selected,
         layers: &p.layers,
+        holders: &p.holders,
     }
 }

@@ -87,7 +87,9 @@ pub struct UnknownColumn {
 }
 
 /// The columns `spec` names (comma-separated, any case; a leading `+`
-/// adds them to the default set), or the default set when None.
+/// adds them to the default set), or the default set when None. Added
+/// columns go before the free text that ends the default set: it stays
+/// last, unpadded on a pipe and wrapped or under its row on a terminal.
 pub fn select<'c, R>(
     columns: &'c [Column<R>],
     spec: Option<&str>,
@@ -98,12 +100,21 @@ pub fn select<'c, R>(
         Some(more) => (defaults(), more),
         None => (Vec::new(), spec),
     };
+    let adding = spec.starts_with('+');
+    let mut at = chosen.iter().rposition(|c| c.kind != Kind::Free).map_or(0, |i| i + 1);
     for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let column = columns.iter().find(|c| c.name.eq_ignore_ascii_case(name));
-        chosen.push(column.ok_or_else(|| UnknownColumn {
+        let column = column.ok_or_else(|| UnknownColumn {
             name: name.to_string(),
             valid: columns.iter().map(|c| c.name).collect::<Vec<_>>().join(", "),
-        })?);
+        })?;
+        // Added free text goes last, after the default set's.
+        if adding && column.kind != Kind::Free {
+            chosen.insert(at, column);
+            at += 1;
+        } else {
+            chosen.push(column);
+        }
     }
     Ok(chosen)
 }
@@ -371,6 +382,26 @@ mod tests {
         assert_eq!(names(Some("+NOTE")), Ok(vec!["NAME", "SIZE", "NOTE"]));
         let err = names(Some("NAME,BOGUS")).unwrap_err();
         assert_eq!((err.name.as_str(), err.valid.as_str()), ("BOGUS", "NAME, SIZE, NOTE"));
+    }
+
+    /// Found by a user: `-o +NR,END,SECTORS` put the added columns after
+    /// DETAIL, past column 80 on a terminal and near column 430 on a pipe.
+    #[test]
+    fn added_columns_go_before_the_free_text_that_ends_the_defaults() {
+        let mut all = columns();
+        all[2].default = true;
+        let names = |spec| select(&all, spec).map(|c| c.iter().map(|c| c.name).collect::<Vec<_>>());
+        assert_eq!(names(Some("+SIZE,name")), Ok(vec!["NAME", "SIZE", "SIZE", "NAME", "NOTE"]));
+        assert_eq!(names(Some("NOTE,SIZE")), Ok(vec!["NOTE", "SIZE"]), "as asked without +");
+        let rows = [Row("sda1", 1 << 20, "one two three four five six seven eight nine ten")];
+        let cols = select(&all, Some("+SIZE")).expect("columns");
+        let piped = render(&cols, &rows, &Style::default(), 0, |_| false);
+        let widest = piped.lines().map(width).max();
+        assert_eq!(widest, Some(width(piped.lines().nth(1).expect("row"))), "{piped}");
+        assert!(piped.lines().all(|l| l == l.trim_end()), "nothing padded: {piped}");
+        let fitted = Style { width: Some(30), ..Style::default() };
+        let text = render(&cols, &rows, &fitted, 2, |_| false);
+        assert!(text.lines().all(|l| width(l) <= 30), "{text}");
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod verdict;
 mod zfs;
 
 pub use layers::{walk, Details, Layer};
-pub use shrink::shrink_advice;
+pub use shrink::shrink_node;
 pub use signature::{identify, Contents, Kind};
 pub use startrec::{start_fixups, Patch, StackError};
 pub use verdict::{judge, LayerVerdict};

@@ -38,7 +38,13 @@ pub fn read_bytes(dev: &dyn ReadAt, layout: &Layout) -> Result<TableBytes, EditE
             Ok(TableBytes::Mbr(MbrBytes { sector_size: ss, mbr, ebrs, wipes: Vec::new() }))
         }
         Label::None => Err(EditError::Unsafe("there is no partition table".into())),
-        Label::Bsd | Label::Sun | Label::Sgi | Label::Mac | Label::Unsupported => {
+        Label::Bsd
+        | Label::Sun
+        | Label::Sgi
+        | Label::Mac
+        | Label::Amiga
+        | Label::Atari
+        | Label::Unsupported => {
             Err(EditError::Unsafe("only MBR and GPT partition tables can be edited".into()))
         }
     }

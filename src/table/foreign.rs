@@ -3,8 +3,7 @@
 //! may find the device too short, and positions counted in 512-byte units.
 
 use super::{
-    apm, be_u32, bsd, le_u16, le_u32, mbr, sgi, sun, types, Layout, PartKind, Partition, Problem,
-    ReadAt,
+    apm, bsd, le_u16, le_u32, mbr, sgi, sun, types, Layout, PartKind, Partition, Problem, ReadAt,
 };
 use std::io;
 
@@ -93,7 +92,7 @@ pub fn holds_no_data(p: &Partition) -> bool {
 pub fn recognise(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Option<&'static str> {
     let sector0 = read_bytes(dev, 0, 512).ok()??;
     before_mbr_in(dev, &sector0, sector_size).or_else(|| {
-        let probes: [Probe; 5] = [amiga, atari, ultrix, karma, sysv68];
+        let probes: [Probe; 3] = [ultrix, karma, sysv68];
         probes.iter().find_map(|probe| probe(dev, &sector0, size_bytes))
     })
 }
@@ -160,52 +159,6 @@ pub fn nested(dev: &dyn ReadAt, slice: &Partition, sector_size: u64) -> Option<&
 
 /// The VTOC sanity word of Sun, Solaris x86 and UnixWare labels.
 pub(crate) const VTOC_SANE: u32 = 0x600D_DEEE;
-
-/// An Amiga Rigid Disk Block ("RDSK" with a valid checksum) in one of the
-/// first 16 sectors, where the kernel looks.
-fn amiga(dev: &dyn ReadAt, _sector0: &[u8], _size_bytes: u64) -> Option<&'static str> {
-    let valid = |block: &[u8]| {
-        let longs = usize::try_from(be_u32(block, 4).unwrap_or(0) & 0x7F).unwrap_or(0);
-        (0..longs).try_fold(0u32, |sum, i| Some(sum.wrapping_add(be_u32(block, i * 4)?))) == Some(0)
-    };
-    let found = (0..16u64).any(|lba| {
-        let Ok(Some(mut block)) = read_bytes(dev, lba * 512, 512) else { return false };
-        if !block.starts_with(b"RDSK") {
-            return false;
-        }
-        // The kernel retries with bytes 0xdc..0xdf zeroed, which Windows may trash.
-        valid(&block) || {
-            if let Some(word) = block.get_mut(0xDC..0xE0) {
-                word.fill(0);
-            }
-            valid(&block)
-        }
-    });
-    found.then_some("amiga")
-}
-
-/// An Atari AHDI root sector: at least one of its four primary entries
-/// looks valid by the kernel's (and libblkid's) test, as there is no magic.
-fn atari(_dev: &dyn ReadAt, sector0: &[u8], size_bytes: u64) -> Option<&'static str> {
-    let units = size_bytes / 512;
-    let valid = |at: usize| -> Option<bool> {
-        let entry = sector0.get(at..at + 12)?;
-        let start = u64::from(be_u32(entry, 4)?);
-        let size = u64::from(be_u32(entry, 8)?);
-        Some(
-            entry[0] & 1 == 1
-                && entry[1..4].iter().all(|&c| linux_isalnum(c))
-                && start <= units
-                && start + size <= units,
-        )
-    };
-    (0..4).any(|i| valid(0x1C6 + i * 12) == Some(true)).then_some("atari")
-}
-
-/// The kernel's isalnum: ASCII letters and digits, and Latin-1 letters.
-fn linux_isalnum(c: u8) -> bool {
-    c.is_ascii_alphanumeric() || (c >= 0xC0 && c != 0xD7 && c != 0xF7)
-}
 
 /// A DEC Ultrix label at the end of sector 31.
 fn ultrix(dev: &dyn ReadAt, _sector0: &[u8], _size_bytes: u64) -> Option<&'static str> {
@@ -274,24 +227,6 @@ mod tests {
         let mut aix = blank.clone();
         aix[..4].copy_from_slice(&[0xC9, 0xC2, 0xD4, 0xC1]);
         assert_eq!(scheme(&aix), Some("aix"));
-
-        let mut amiga = blank.clone();
-        let rdb = 3 * 512;
-        amiga[rdb..rdb + 4].copy_from_slice(b"RDSK");
-        amiga[rdb + 4..rdb + 8].copy_from_slice(&64u32.to_be_bytes());
-        amiga[rdb + 8..rdb + 12]
-            .copy_from_slice(&0u32.wrapping_sub(0x5244_534B + 64).to_be_bytes());
-        assert_eq!(scheme(&amiga), Some("amiga"));
-        amiga[rdb + 20] = 1; // checksum fails
-        assert_eq!(scheme(&amiga), None);
-
-        let mut atari = blank.clone();
-        atari[0x1C6 + 12..0x1C6 + 16].copy_from_slice(&[1, b'L', b'N', b'X']);
-        atari[0x1C6 + 16..0x1C6 + 20].copy_from_slice(&8u32.to_be_bytes());
-        atari[0x1C6 + 20..0x1C6 + 24].copy_from_slice(&56u32.to_be_bytes());
-        assert_eq!(scheme(&atari), Some("atari"));
-        atari[0x1C6 + 23] = 57; // ends past the disk
-        assert_eq!(scheme(&atari), None);
 
         let mut ultrix = blank.clone();
         ultrix[31 * 512 + 440..31 * 512 + 448].copy_from_slice(&[0x57, 0x29, 3, 0, 1, 0, 0, 0]);

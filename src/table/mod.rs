@@ -2,7 +2,9 @@
 //! Readers never panic on what they read: they return the layout and every
 //! problem seen, or an error when no usable copy of the table exists.
 
+pub mod amiga;
 pub mod apm;
+pub mod atari;
 pub mod bsd;
 pub mod edit;
 pub mod foreign;
@@ -31,6 +33,10 @@ pub enum Label {
     Sgi,
     /// Apple partition map.
     Mac,
+    /// Amiga Rigid Disk Block.
+    Amiga,
+    /// Atari AHDI root sector (with XGM chains or ICD entries).
+    Atari,
     /// A scheme we recognise but do not audit (`Layout::scheme` names it).
     Unsupported,
     None,
@@ -84,6 +90,10 @@ pub enum PartKind {
     Sgi,
     /// An Apple partition map entry.
     Mac,
+    /// An Amiga RDB partition block.
+    Amiga,
+    /// An Atari AHDI, XGM or ICD entry.
+    Atari,
     /// Known only from the kernel's view (the table could not be read).
     Unknown,
 }
@@ -143,7 +153,18 @@ impl Severity {
             | "start_not_whole_sector"
             | "label_ignored_by_linux"
             | "bsd_outside_slice"
-            | "bsd_unreadable" => Severity::Error,
+            | "bsd_unreadable"
+            | "rdb_unreadable"
+            | "rdb_loop"
+            | "rdb_chain_too_long"
+            | "rdb_partition_skipped"
+            | "rdb_geometry_overflow"
+            | "rdb_partition_inverted"
+            | "atari_xgm_unreadable"
+            | "atari_xgm_broken"
+            | "atari_xgm_loop"
+            | "atari_too_many"
+            | "realign_unfinished" => Severity::Error,
             "hybrid_iso" | "iso_nested" | "too_small" | "libblkid_differs" => Severity::Info,
             _ => Severity::Warning,
         }
@@ -203,7 +224,7 @@ pub struct Layout {
     pub gpt: Option<GptInfo>,
     pub mbr: Option<MbrInfo>,
     /// For `Label::Unsupported`: the scheme found, as libblkid or the
-    /// kernel names it ("atari", "amiga", ...).
+    /// kernel names it ("aix", "ultrix", ...).
     pub scheme: Option<&'static str>,
     /// For `Label::None`: the file system (or other contents) that starts
     /// at byte 0 of the whole disk.
@@ -272,7 +293,7 @@ pub enum TableError {
 /// Read whatever table `dev` holds. `sector_size` is the logical sector
 /// size (512..=4096, power of two); `size_bytes` the device or image size.
 /// Schemes are tried in the kernel's order (block/partitions/core.c): GPT,
-/// SGI, MBR, BSD, Sun, Apple; then schemes we only name; then contents
+/// SGI, MBR, BSD, Sun, Amiga, Atari, Apple; then schemes we only name; then contents
 /// that start at byte 0 of a disk without a table.
 pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layout, TableError> {
     if !crate::units::is_sector_size(sector_size, 4096) {
@@ -324,11 +345,29 @@ pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layou
 
 /// A disk with neither GPT nor MBR: another scheme, or contents at byte 0.
 fn read_other(dev: &dyn ReadAt, size_bytes: u64, layout: &mut Layout) -> Result<(), TableError> {
-    let readers = [bsd::read_into, sun::read_into, apm::read_into];
-    for read in readers {
+    for read in [bsd::read_into, sun::read_into] {
         if read(dev, layout)? {
             return Ok(());
         }
+    }
+    // Linux's amiga.c gives way to the parsers after it when it makes no
+    // partition (an RDB without any, or one it cannot follow): a later
+    // scheme found then wins, else the RDB is reported.
+    let before = layout.clone();
+    let rdb = amiga::read_into(dev, layout)?;
+    if rdb && !layout.partitions.is_empty() {
+        return Ok(());
+    }
+    let rdb = rdb.then(|| std::mem::replace(layout, before));
+    let atari = |dev: &dyn ReadAt, layout: &mut Layout| atari::read_into(dev, size_bytes, layout);
+    for read in [&atari as &dyn Fn(&dyn ReadAt, &mut Layout) -> _, &apm::read_into] {
+        if read(dev, layout)? {
+            return Ok(());
+        }
+    }
+    if let Some(rdb) = rdb {
+        *layout = rdb;
+        return Ok(());
     }
     if let Some(scheme) = foreign::recognise(dev, layout.sector_size, size_bytes) {
         layout.label = Label::Unsupported;

@@ -52,6 +52,29 @@ kernel_mbr() {
   boot_code; poke 446 '\x80'; poke 462 '\x00'; poke 478 '\x00'; poke 494 '\x80'
   [ $# -eq 0 ] || poke 454 "$(le32 $1)$(le32 $2)"
 }
+# be32 N: N as 4 big-endian bytes, in printf escapes
+be32() { printf '\\x%02x\\x%02x\\x%02x\\x%02x' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)); }
+# amiga_long BLOCK OFFSET VALUE: set a long of the Amiga RDB or partition
+# block at 512-byte BLOCK and reseal it (its first SummedLongs longs sum to 0)
+amiga_long() {
+  local at=$(( $1 * 512 )) n v sum=0
+  poke $(( at + $2 )) "$(be32 $3)"
+  poke $(( at + 8 )) '\x00\x00\x00\x00'
+  n=$(( $(od -An -tu4 --endian=big -j $(( at + 4 )) -N4 "$DEV" | tr -d ' ') & 127 ))
+  for v in $(od -An -v -tu4 --endian=big -j $at -N $(( n * 4 )) "$DEV"); do sum=$(( (sum + v) & 0xffffffff )); done
+  poke $(( at + 8 )) "$(be32 $(( (0x100000000 - sum) & 0xffffffff )))"
+}
+# amiga_env BLOCK INDEX VALUE: set DosEnvec long INDEX of a partition block
+amiga_env() { amiga_long "$1" $(( 128 + 4 * $2 )) "$3"; }
+# atari_entry SECTOR SLOT ID START SIZE: an in-use AHDI entry (slot 0-3) of
+# the root sector at 512-byte SECTOR, or an ICD one (slot 4-11)
+atari_entry() {
+  local at=$(( $1 * 512 + ($2 < 4 ? 0x1c6 + 12 * $2 : 0x156 + 12 * ($2 - 4)) ))
+  poke $at "\\x01$3$(be32 $4)$(be32 $5)"
+}
+# atari_size: the disk's size in the root sector (hd_siz), which libblkid
+# and parted want and Linux ignores
+atari_size() { poke $((0x1c2)) "$(be32 $(( $(stat -c %s "$IMG") / 512 )))"; }
 # iso ARGS: xorriso's hybrid ISO of a small tree; mbr432 is an MBR template,
 # efi.img an EFI FAT image (also in the tree, for -e)
 iso() {

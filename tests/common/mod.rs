@@ -218,10 +218,65 @@ pub fn blkalign() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("blkalign").expect("binary built")
 }
 
-/// `out` as JSON, panicking with the text when it is not.
+/// `out` as JSON, panicking with the text when it is not, or when an
+/// object repeats a key (serde_json keeps the last; strict parsers refuse).
 pub fn json_of(out: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(out)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(out)))
+    let text = String::from_utf8_lossy(out);
+    serde_json::from_slice::<Unique>(out)
+        .unwrap_or_else(|e| panic!("not JSON with unique keys ({e}): {text}"));
+    serde_json::from_slice(out).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Any JSON value whose objects have no repeated key.
+struct Unique;
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+        d.deserialize_any(Unique)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Unique {
+    type Value = Unique;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Unique, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
+            }
+            map.next_value::<Unique>()?;
+        }
+        Ok(Unique)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Unique, A::Error> {
+        while seq.next_element::<Unique>()?.is_some() {}
+        Ok(Unique)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Unique, E> {
+        Ok(Unique)
+    }
+    fn visit_unit<E>(self) -> Result<Unique, E> {
+        Ok(Unique)
+    }
 }
 
 /// `blkalign audit --json ARGS`: the exit code and the first target.
@@ -278,9 +333,13 @@ pub fn check_schema(name: &str, json: &str) {
     let schema =
         Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("docs/schema/{name}.schema.json"));
     let script = "import json, sys, jsonschema\n\
+        def unique(pairs):\n    \
+            keys = [k for k, _ in pairs]\n    \
+            assert len(keys) == len(set(keys)), f'duplicate key in {keys}'\n    \
+            return dict(pairs)\n\
         schema = json.load(open(sys.argv[1]))\n\
         jsonschema.Draft202012Validator.check_schema(schema)\n\
-        errors = list(jsonschema.Draft202012Validator(schema).iter_errors(json.load(sys.stdin)))\n\
+        errors = list(jsonschema.Draft202012Validator(schema).iter_errors(json.load(sys.stdin, object_pairs_hook=unique)))\n\
         [print('/'.join(map(str, e.absolute_path)) + ': ' + e.message) for e in errors]\n\
         sys.exit(1 if errors else 0)\n";
     let out = run_unchecked(PYTHON, &["-c", script, &schema.to_string_lossy()], Some(json));

@@ -7,6 +7,7 @@
 # stderr in OUT/CASE.err). Two cases at a time: every exec is slow under
 # TCG.
 set -euo pipefail
+BLKALIGN=$(lab_local "$BLKALIGN")
 corpus=$1 out=$2
 
 one() {

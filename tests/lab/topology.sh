@@ -7,6 +7,7 @@
 # which says nothing and exits by the last check alone), and
 # `blkalign audit --json` of the disk (its stderr in OUT/LABEL.err).
 set -euo pipefail
+BLKALIGN=$(lab_local "$BLKALIGN")
 out=$1
 shift
 

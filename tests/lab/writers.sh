@@ -11,6 +11,7 @@
 #   an md member, an open LUKS, held O_EXCL by another process): realign
 #   and partition dry runs and --yes, and the disk's SHA-256 around them.
 set -euo pipefail
+BLKALIGN=$(lab_local "$BLKALIGN")
 out=$1 d512=$(lab_disk "$2") d4kn=$(lab_disk "$3") busy=$(lab_disk "$4")
 
 # Journals and backups need a real file system; the root is read-only.

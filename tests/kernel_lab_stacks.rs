@@ -1,0 +1,410 @@
+//! Live stacks on a real kernel (docs/kernel-lab.md): in one boot of the
+//! kernel lab, on two virtio-scsi disks of 512 logical / 4096 physical
+//! sectors (tests/lab/stacks.sh), LVM on md raid1 over partitions at 63
+//! and 2048 (the kernel stacks alignment_offset -1) and over two aligned
+//! ones, LUKS2 opened on a partition at an odd LBA, a dm-linear at an odd
+//! sector and an LV on a PV whose pe_start is 1 MiB + 3584.
+//!
+//! `blkalign audit` of each stacked device follows its sysfs slaves (with
+//! md's data offsets and the device-mapper table) to every disk under it:
+//! where its byte 0 lands there must equal what the peers say (partition
+//! starts from sysfs, `mdadm --examine`'s data offset, `dmsetup table`,
+//! `cryptsetup status`, `pvs -o pe_start`), and its verdicts must equal
+//! the kernel's stacked `alignment_offset` (0 aligned; -1 when the ways
+//! down disagree, which blkalign must show). `audit` of the disks finds the
+//! same devices up the partitions' holders, and the layers its header walk
+//! finds start where the kernel maps them.
+
+mod common;
+
+use common::lab;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+const PHYSICAL: u64 = 4096;
+/// Stacked devices that leave no header on the disk: only the kernel
+/// (holders and the table) knows where they are.
+const HEADERLESS: &[&str] = &["/dev/mapper/lin"];
+
+#[test]
+fn live_stacks_agree_with_the_kernel_and_the_peers() {
+    if !lab::ready()
+        || !common::needs(
+            true,
+            &["mdadm", "cryptsetup", "pvcreate", "dmsetup", "sgdisk", "mkfs.ext4"],
+        )
+    {
+        return;
+    }
+    let dir = lab::Dir::new();
+    let disks = ["s1", "s2"].map(|serial| {
+        let image = dir.image(&format!("{serial}.img"), 256 << 20);
+        format!("scsi:512:4096:{}:{serial}", image.display())
+    });
+    let args = [dir.rw().display().to_string(), "s1".into(), "s2".into()];
+    lab::run(&dir, &disks, "stacks.sh", &args);
+
+    let rw = dir.rw();
+    let text = |name: &str| std::fs::read_to_string(rw.join(name)).unwrap_or_default();
+    let json = |name: &str| -> Value {
+        serde_json::from_str(&text(name)).unwrap_or_else(|e| {
+            panic!(
+                "{name}: {e}\nbuild.err:\n{}\naudit.err:\n{}",
+                text("build.err"),
+                text("audit.err")
+            )
+        })
+    };
+    let kernel = json("kernel.json");
+    let audit = json("audit.json");
+    let members: Vec<String> = std::fs::read_dir(&rw)
+        .expect("results")
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            Some(name.strip_prefix("examine-")?.strip_suffix(".txt")?.to_string())
+        })
+        .collect();
+    let peers = Peers::read(&text, &members);
+    let view = View::new(&kernel, &audit);
+
+    let mut failures = Vec::new();
+    for (path, k) in
+        view.kernel.iter().filter(|(_, k)| !k["slaves"].as_array().is_none_or(Vec::is_empty))
+    {
+        let expected = view.expected(&peers, k["name"].as_str().unwrap_or_default());
+        let mismatches = check_device(path, k, view.target(k), &expected);
+        let verdict = if mismatches.is_empty() { "ok" } else { "MISMATCH" };
+        println!(
+            "{verdict:<8} {path} ({}): kernel alignment_offset {}, on the disks at {expected:?}",
+            k["name"], k["alignment_offset"]
+        );
+        for m in &mismatches {
+            println!("  ✗ {m}");
+        }
+        failures.extend(mismatches.into_iter().map(|m| format!("{path}: {m}")));
+        failures.extend(view.check_disks(path, k, &expected));
+    }
+    for (path, k) in
+        view.kernel.iter().filter(|(_, k)| k["slaves"].as_array().is_some_and(Vec::is_empty))
+    {
+        failures.extend(view.check_partitions(path, k));
+    }
+    // Something is misaligned, nothing unchecked.
+    if kernel["audit_exit"] != 1 {
+        failures.push(format!("audit exited {}: {}", kernel["audit_exit"], text("audit.err")));
+    }
+    let human = text("human.txt");
+    for line in ["stack: md0 → ", "misaligned: 3584 bytes past a 4096-byte physical boundary"] {
+        if !human.contains(line) {
+            failures.push(format!("the human report lacks {line:?}:\n{human}"));
+        }
+    }
+    if !human.lines().any(|l| l.contains("held: partition 3: dm-")) {
+        failures.push(format!("the human report does not show the dm-linear's holder:\n{human}"));
+    }
+    assert!(failures.is_empty(), "{} disagreements:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// What the peers printed in the guest.
+struct Peers {
+    /// dm name → its table's targets (type and arguments, sectors).
+    tables: BTreeMap<String, Vec<Vec<String>>>,
+    /// PV → pe_start in bytes.
+    pe_start: BTreeMap<String, u64>,
+    /// md member (sda1) → data offset in bytes (mdadm --examine).
+    data_offset: BTreeMap<String, u64>,
+    /// cryptsetup status: the device and the payload offset in bytes.
+    crypt: (String, u64),
+}
+
+impl Peers {
+    /// From the files the guest wrote; `members`: the md members examined.
+    fn read(text: &dyn Fn(&str) -> String, members: &[String]) -> Peers {
+        let mut tables: BTreeMap<String, Vec<Vec<String>>> = BTreeMap::new();
+        for line in text("dmsetup-table.txt").lines() {
+            let Some((name, rest)) = line.split_once(": ") else { continue };
+            let words: Vec<String> = rest.split_whitespace().skip(2).map(String::from).collect();
+            tables.entry(name.to_string()).or_default().push(words);
+        }
+        let pe_start = text("pvs.txt")
+            .lines()
+            .filter_map(|l| {
+                let (pv, at) = l.trim().split_once(':')?;
+                Some((pv.trim_start_matches("/dev/").to_string(), at.trim().parse().ok()?))
+            })
+            .collect();
+        let sectors = |t: &str, key: &str| -> Option<u64> {
+            let line = t.lines().find(|l| l.trim_start().starts_with(key))?;
+            let value = line.split_once(':')?.1.split_whitespace().next()?;
+            Some(value.parse::<u64>().ok()? * 512)
+        };
+        let mut data_offset = BTreeMap::new();
+        for member in members {
+            if let Some(o) = sectors(&text(&format!("examine-{member}.txt")), "Data Offset") {
+                data_offset.insert(member.to_string(), o);
+            }
+        }
+        let status = text("cryptsetup-status.txt");
+        let device = status
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("device:"))
+            .map_or(String::new(), |d| d.trim().trim_start_matches("/dev/").to_string());
+        let crypt = (device, sectors(&status, "offset").unwrap_or(u64::MAX));
+        Peers { tables, pe_start, data_offset, crypt }
+    }
+}
+
+/// The kernel's view and blkalign's audit, side by side.
+struct View<'a> {
+    /// Device path (as the script named it) → the kernel's view.
+    kernel: BTreeMap<String, &'a Value>,
+    /// Kernel name → blkalign's target.
+    targets: BTreeMap<String, &'a Value>,
+    /// Partition name → (disk, start in bytes, the kernel's alignment_offset).
+    partitions: BTreeMap<String, (String, u64, i64)>,
+}
+
+impl<'a> View<'a> {
+    fn new(kernel: &'a Value, audit: &'a Value) -> View<'a> {
+        let devices = kernel["devices"].as_object().expect("kernel.json devices");
+        let kernel: BTreeMap<String, &Value> =
+            devices.iter().map(|(p, v)| (p.clone(), v)).collect();
+        let targets = audit["targets"]
+            .as_array()
+            .expect("audit targets")
+            .iter()
+            .map(|t| (t["name"].as_str().unwrap_or_default().to_string(), t))
+            .collect();
+        let mut partitions = BTreeMap::new();
+        for k in kernel.values() {
+            for p in k["partitions"].as_array().into_iter().flatten() {
+                let name = p["name"].as_str().unwrap_or_default().to_string();
+                let disk = k["name"].as_str().unwrap_or_default().to_string();
+                let start = p["start_512"].as_u64().unwrap_or(0) * 512;
+                partitions
+                    .insert(name, (disk, start, p["alignment_offset"].as_i64().unwrap_or(-2)));
+            }
+        }
+        View { kernel, targets, partitions }
+    }
+
+    fn target(&self, k: &Value) -> &'a Value {
+        let name = k["name"].as_str().unwrap_or_default();
+        self.targets.get(name).copied().unwrap_or(&Value::Null)
+    }
+
+    /// The dm name (/dev/mapper/NAME) of kernel device `name`, if any.
+    fn dm_name(&self, name: &str) -> Option<String> {
+        let (path, _) = self.kernel.iter().find(|(_, k)| k["name"] == name)?;
+        Some(path.strip_prefix("/dev/mapper/")?.to_string())
+    }
+
+    /// Where kernel device `name`'s byte 0 lies on each disk, from the
+    /// peers alone: (disk, partition it lies in, byte).
+    fn expected(&self, peers: &Peers, name: &str) -> Vec<(String, String, u64)> {
+        if let Some((disk, start, _)) = self.partitions.get(name) {
+            return vec![(disk.clone(), name.to_string(), *start)];
+        }
+        let Some(k) = self.kernel.values().find(|k| k["name"] == name) else { return Vec::new() };
+        let slaves: Vec<&str> =
+            k["slaves"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        let mut out = Vec::new();
+        for slave in &slaves {
+            let shift = if name.starts_with("md") {
+                peers.data_offset.get(*slave).copied()
+            } else {
+                // One linear or crypt target per device here, over its one slave.
+                let dm = self.dm_name(name).unwrap_or_default();
+                let table = peers.tables.get(&dm).map(Vec::as_slice).unwrap_or_default();
+                match table {
+                    [t] if t[0] == "linear" && slaves.len() == 1 => {
+                        let offset = t[2].parse::<u64>().ok().map(|s| s * 512);
+                        // An LV: its first extent is the PV's first.
+                        if let Some(&pe) = peers.pe_start.get(*slave) {
+                            assert_eq!(
+                                offset,
+                                Some(pe),
+                                "{dm}: dmsetup table against pvs pe_start"
+                            );
+                        }
+                        offset
+                    }
+                    [t] if t[0] == "crypt" && slaves.len() == 1 => {
+                        let offset = t[5].parse::<u64>().ok().map(|s| s * 512);
+                        assert_eq!(peers.crypt.0, *slave, "cryptsetup status names the device");
+                        assert_eq!(offset, Some(peers.crypt.1), "dmsetup table against cryptsetup");
+                        offset
+                    }
+                    _ => None,
+                }
+            };
+            let Some(shift) = shift else {
+                out.push((format!("{slave}: no peer says where"), String::new(), u64::MAX));
+                continue;
+            };
+            for (disk, part, at) in self.expected(peers, slave) {
+                out.push((disk, part, at + shift));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// The disk audits: each place `path` lands is among the holders of the
+    /// partition it lies in, where the kernel maps it; unless the device
+    /// leaves no header there, a layer the header walk found starts there.
+    fn check_disks(
+        &self,
+        path: &str,
+        k: &Value,
+        expected: &[(String, String, u64)],
+    ) -> Vec<String> {
+        let name = k["name"].as_str().unwrap_or_default();
+        let mut out = Vec::new();
+        for (disk, part, at) in expected {
+            let Some(p) = self.partition_audit(disk, part) else {
+                out.push(format!("{path}: blkalign's audit of {disk} has no partition {part}"));
+                continue;
+            };
+            let aligned = at % PHYSICAL == 0;
+            let held = p["holders"].as_array().into_iter().flatten().any(|h| {
+                h["via"][0] == name
+                    && h["disk_offset_bytes"] == *at
+                    && h["aligned_physical"] == aligned
+            });
+            if !held {
+                out.push(format!(
+                    "{path}: the audit of {disk} does not show {name} held on {part} at byte {at} \
+                     (aligned {aligned}); its holders: {}",
+                    p["holders"]
+                ));
+            }
+            let layer =
+                p["layers"].as_array().into_iter().flatten().find(|l| {
+                    l["absolute_offset_bytes"] == *at && l["aligned_physical"] == aligned
+                });
+            if layer.is_none() && !HEADERLESS.contains(&path) {
+                out.push(format!(
+                    "{path}: no layer blkalign found in {part} starts at byte {at}, where the \
+                     kernel maps it: {}",
+                    summary(&p["layers"])
+                ));
+            }
+        }
+        out
+    }
+
+    fn partition_audit(&self, disk: &str, part: &str) -> Option<&'a Value> {
+        let number = self.kernel.values().find(|k| k["name"] == disk)?["partitions"]
+            .as_array()?
+            .iter()
+            .find(|p| p["name"] == part)?["number"]
+            .clone();
+        let t = self.targets.get(disk)?;
+        t["partitions"].as_array()?.iter().find(|p| p["number"] == number)
+    }
+
+    /// Each partition: blkalign's start and verdict equal the kernel's.
+    fn check_partitions(&self, path: &str, k: &Value) -> Vec<String> {
+        let disk = k["name"].as_str().unwrap_or_default();
+        let mut out = Vec::new();
+        for p in k["partitions"].as_array().into_iter().flatten() {
+            let part = p["name"].as_str().unwrap_or_default();
+            let Some(ours) = self.partition_audit(disk, part) else {
+                out.push(format!("{path}: no partition {part} in the audit"));
+                continue;
+            };
+            let start = p["start_512"].as_u64().unwrap_or(0) * 512;
+            let kernel_aligned = p["alignment_offset"] == 0;
+            if ours["start_bytes"] != start || ours["aligned_physical"] != kernel_aligned {
+                out.push(format!(
+                    "{path}: {part} at {} aligned {}; the kernel: {start}, alignment_offset {}",
+                    ours["start_bytes"], ours["aligned_physical"], p["alignment_offset"]
+                ));
+            }
+        }
+        out
+    }
+}
+
+/// Every way blkalign's audit of stacked device `path` differs from the
+/// kernel's and the peers' view.
+fn check_device(
+    path: &str,
+    k: &Value,
+    t: &Value,
+    expected: &[(String, String, u64)],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if t.is_null() || !t["error"].is_null() {
+        return vec![format!("not audited: {t}")];
+    }
+    let stack = t["stack"].as_array().cloned().unwrap_or_default();
+    let mut ours: Vec<(String, String, u64)> = stack
+        .iter()
+        .map(|o| {
+            let via = o["via"].as_array().and_then(|v| v.last()).and_then(Value::as_str);
+            let disk = o["disk"].as_str().unwrap_or_default().to_string();
+            (
+                disk,
+                via.unwrap_or_default().to_string(),
+                o["disk_offset_bytes"].as_u64().unwrap_or(u64::MAX),
+            )
+        })
+        .collect();
+    ours.sort();
+    if ours != expected {
+        out.push(format!("blkalign puts it at {ours:?}, the peers at {expected:?}"));
+    }
+    // The kernel's stacked alignment_offset: one value when every way down
+    // agrees, which each of blkalign's must equal; -1 when they do not.
+    let offsets: Vec<&Value> = stack.iter().map(|o| &o["alignment_offset"]).collect();
+    let kernel = &k["alignment_offset"];
+    match kernel.as_i64() {
+        Some(-1) => {
+            if offsets.windows(2).all(|w| w[0] == w[1]) {
+                out.push(format!("the kernel says -1 (ways down disagree), blkalign {offsets:?}"));
+            }
+        }
+        _ => {
+            if offsets.iter().any(|o| *o != kernel) {
+                out.push(format!(
+                    "the kernel says alignment_offset {kernel}, blkalign {offsets:?}"
+                ));
+            }
+            if t["alignment_offset"] != *kernel || t["alignment_offset_source"] != "kernel" {
+                out.push(format!(
+                    "its alignment offset {} ({}), the kernel's {kernel}",
+                    t["alignment_offset"], t["alignment_offset_source"]
+                ));
+            }
+        }
+    }
+    // Verdicts: misaligned when the kernel says anything but 0.
+    let misaligned = *kernel != 0;
+    let said = stack.iter().any(|o| o["verdict"] == "misaligned");
+    if said != misaligned {
+        out.push(format!("blkalign's stack says misaligned={said}, the kernel's offset {kernel}"));
+    }
+    for l in t["layers"].as_array().into_iter().flatten() {
+        // Layers at a whole physical sector into the device share its fate.
+        let at = l["absolute_offset_bytes"].as_u64().unwrap_or(1);
+        if at % PHYSICAL == 0 && (l["verdict"] == "misaligned") != misaligned {
+            out.push(format!(
+                "layer {} at byte {at} judged {}, the kernel's offset {kernel}",
+                l["name"], l["verdict"]
+            ));
+        }
+    }
+    if t["layers"].as_array().is_none_or(Vec::is_empty) {
+        out.push(format!("no layers found in it (each holds ext4): {}", path));
+    }
+    out
+}
+
+fn summary(layers: &Value) -> String {
+    let layers = layers.as_array().cloned().unwrap_or_default();
+    let each = layers.iter().map(|l| format!("{} at {}", l["name"], l["absolute_offset_bytes"]));
+    each.collect::<Vec<_>>().join(", ")
+}
