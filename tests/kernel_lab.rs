@@ -357,13 +357,16 @@ fn crash_states(cases: &[&str]) {
             states.iter().filter(|s| s["rerun"] != 0 || !recovered(s)).map(|s| s.to_string()),
         );
         let flushes = states.iter().filter(|s| s["kind"] != "between").count();
+        let ms: Vec<u64> = states.iter().filter_map(|s| s["ms"].as_u64()).collect();
         println!(
             "{name}: {} of {} crash states recovered ({flushes} at the mark or a flush, {} \
-             between; {} log entries)",
+             between; {} log entries; {:.1}-{:.1} s a state)",
             states.len() - bad.len().min(states.len()),
             states.len(),
             states.len() - flushes,
-            r["entries"]
+            r["entries"],
+            ms.iter().min().copied().unwrap_or(0) as f64 / 1000.0,
+            ms.iter().max().copied().unwrap_or(0) as f64 / 1000.0,
         );
         if states.len() < 3 {
             bad.push(format!("only {} crash states", states.len()));

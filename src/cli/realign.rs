@@ -547,8 +547,8 @@ impl Disk {
         };
         // Added even when the kernel lacks it: a rerun after a crash mid-table
         // finds a disk the kernel scanned while its table was torn (the kernel
-        // lab's crash states). A disk without partitions (a loop device
-        // attached without -P) refuses with EINVAL: nothing to tell it.
+        // lab's crash states). A disk that takes no partitions (device-mapper,
+        // seen on 6.1 in the lab) refuses with EINVAL: nothing to tell it.
         let told = exclusive::update_partitions(writer, &self.target.path, &[m.partition], &[part]);
         match told {
             Err(e) if known || !e.is_no_partitions() => eprintln!(
