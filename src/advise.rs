@@ -5,6 +5,7 @@
 //! what checks or tunes it in place.
 
 use crate::align::Class;
+use crate::device::drive::Format;
 use crate::device::{Target, TargetKind};
 use crate::stack::{self, Contents, Details, Kind, Layer, LayerVerdict};
 use crate::table::{types, ReadAt};
@@ -232,6 +233,33 @@ pub fn advise(part: &Partition, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<
         ));
     }
     out
+}
+
+/// For an NVMe namespace: the LBA format with 4096-byte (or larger)
+/// sectors and no metadata that the drive rates better than the one in
+/// use, if any. Formatting erases the namespace: an install-time choice.
+pub fn nvme_format(disk: &str, formats: &[Format]) -> Option<Advice> {
+    let rank = |f: &Format| ["best", "better", "good", "degraded"]
+        .iter()
+        .position(|p| *p == f.relative_performance)
+        .unwrap_or(usize::MAX);
+    let in_use = formats.iter().find(|f| f.in_use)?;
+    let better = formats
+        .iter()
+        .filter(|f| f.data_size >= 4096 && f.metadata_size == 0 && rank(f) < rank(in_use))
+        .min_by_key(|f| (rank(f), f.data_size, f.index))?;
+    let why = format!(
+        "the namespace's LBA format #{} ({}-byte sectors) is rated {}, the one in use (#{}, \
+         {}-byte) {}: `nvme format` erases every byte of the namespace and changes its logical \
+         sector size, so choose it when installing, before anything is written",
+        better.index,
+        better.data_size,
+        better.relative_performance,
+        in_use.index,
+        in_use.data_size,
+        in_use.relative_performance
+    );
+    Some(Advice::run("nvme", format!("nvme format {disk} --lbaf={}", better.index), why).destroys())
 }
 
 const RECREATE: &str = "changing it means recreating it: copy the data off first";
@@ -587,6 +615,35 @@ fn zfs(dev: &str, io: &IoSizes) -> Advice {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn format(index: u8, data_size: u64, metadata_size: u16, perf: &'static str) -> Format {
+        Format { index, data_size, metadata_size, relative_performance: perf, in_use: index == 0 }
+    }
+
+    /// Only a 4096-byte format without metadata rated strictly better than
+    /// the one in use is offered, the best rated first, as destroying data.
+    #[test]
+    fn nvme_format_is_offered_only_when_rated_better() {
+        // QEMU's table: every format rated best, so nothing to gain.
+        let qemu: Vec<Format> = [(512, 0), (512, 8), (512, 16), (512, 64), (4096, 0), (4096, 8)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(d, m))| format(i as u8, d, m, "best"))
+            .collect();
+        assert_eq!(nvme_format("/dev/nvme0n1", &qemu), None);
+        let drive = [
+            format(0, 512, 0, "good"),
+            format(1, 4096, 8, "best"),
+            format(2, 4096, 0, "better"),
+            format(3, 8192, 0, "better"),
+        ];
+        let advice = nvme_format("/dev/nvme0n1", &drive).expect("format 2 is better");
+        assert_eq!(advice.command.as_deref(), Some("nvme format /dev/nvme0n1 --lbaf=2"));
+        assert!(advice.destroys_data);
+        assert!(advice.why.contains("#2 (4096-byte sectors) is rated better, the one in use (#0, 512-byte) good"), "{}", advice.why);
+        let in_use_4k = [format(0, 4096, 0, "good"), format(1, 512, 0, "best")];
+        assert_eq!(nvme_format("/dev/nvme0n1", &in_use_4k), None);
+    }
 
     fn io(physical: u64, min: Option<u64>, opt: Option<u64>) -> IoSizes {
         IoSizes { physical, minimum_io: min, optimal_io: opt, usb: false }

@@ -9,7 +9,11 @@
 //! and optimal I/O equal sysfs, and its verdict on an MBR with partitions
 //! at 63, 64 and 2048 equals the kernel's per-partition `alignment_offset`
 //! (0 = aligned) and `parted align-check min`, except where blkalign
-//! refuses to believe a physical sector under 4096 (named below).
+//! refuses to believe a physical sector under 4096 (named below). And the
+//! drive's own answers blkalign reads (ATA IDENTIFY, SCSI RC16 and Block
+//! Limits, NVMe Identify Namespace) equal what hdparm, sg_readcap, sg_vpd
+//! and nvme-cli read of the same disk, and where the drive and the kernel
+//! disagree (the USB bridge) blkalign believes the drive and says why.
 
 mod common;
 
@@ -25,18 +29,20 @@ const KERNEL_SAYS_512: &[(&str, &str)] = &[
     (
         "nvme",
         "drivers/nvme/host/core.c (nvme_update_disk_info) caps the physical block at the \
-         atomic write unit (NAWUPF/AWUPF), 512 here, whatever NPWG says",
+         atomic write unit (NAWUPF/AWUPF), 512 here; and QEMU 7.2 says NPWG 0 (one block), \
+         putting physical_block_size in NPDG/NPDA, so the namespace itself says 512 too",
     ),
     (
         "usb",
         "drivers/scsi/sd.c (sd_read_capacity) asks USB devices READ CAPACITY(10) first \
-         (sdkp->device->try_rc_10_first), which has no physical block exponent",
+         (sdkp->device->try_rc_10_first), which has no physical block exponent; the \
+         bridge's own READ CAPACITY(16) says 4096, and blkalign believes it",
     ),
 ];
 
 #[test]
 fn topology_per_driver_agrees_with_the_kernel() {
-    if !lab::ready() {
+    if !lab::ready() || !common::needs(true, &["hdparm", "sg_readcap", "sg_vpd", "nvme"]) {
         return;
     }
     let dir = lab::Dir::new();
@@ -54,7 +60,8 @@ fn topology_per_driver_agrees_with_the_kernel() {
     let results = dir.results();
     let mut failures = Vec::new();
     for (label, r) in &results {
-        let mismatches = check_disk(label, r);
+        let mut mismatches = check_disk(label, r);
+        mismatches.extend(check_drive(label, r));
         let verdict = if mismatches.is_empty() { "ok" } else { "MISMATCH" };
         println!("{verdict:<8} {label}: kernel {}", r["kernel"]);
         for m in &mismatches {
@@ -112,20 +119,31 @@ fn check_disk(label: &str, r: &Value) -> Vec<String> {
         // sysfs says 0 for "no optimal I/O size"; blkalign null.
         let same = a == b || (theirs == "optimal_io" && b == 0 && a.is_null());
         let source = source.map(|s| &t[s]);
-        if !same || source.is_some_and(|s| s != "kernel") {
+        // Where the drive disagrees, blkalign believes it (check_drive).
+        let drive = source.is_some_and(|s| s == "drive")
+            && t["drive"][ours]["value"] == *a
+            && t["notes"].to_string().contains("the drive");
+        if !drive && (!same || source.is_some_and(|s| s != "kernel")) {
             out.push(format!("{ours} {a} (source {source:?}), the kernel says {b}"));
         }
     }
 
-    let physical = k["physical"].as_u64().unwrap_or(0);
+    // What blkalign judges against: the drive's physical sector where it
+    // reports a larger one than the kernel.
+    let drive_physical = t["drive"]["physical_sector_size"]["value"].as_u64().unwrap_or(0);
+    let kernel_physical = k["physical"].as_u64().unwrap_or(0);
+    let physical = kernel_physical.max(drive_physical);
     let logical = k["logical"].as_u64().unwrap_or(0);
     let offset = k["alignment_offset"].as_u64().unwrap_or(0);
     let granularity = physical.max(k["minimum_io"].as_u64().unwrap_or(0));
     let effective = t["effective_physical_sector_size"].as_u64().unwrap_or(0);
     // blkalign judges against 4096 where the drive claims less (it costs
-    // nothing on a genuine 512-byte drive); the kernel against what it
-    // was told. Then blkalign must judge as the kernel would at 4096.
+    // nothing on a genuine 512-byte drive), and against the drive's larger
+    // sector where the kernel missed it; the kernel against what it was
+    // told. Then blkalign must judge as the kernel would at that size.
     let assumed = physical < 4096;
+    let judge = physical.max(4096);
+    let kernel_judges = !assumed && physical == kernel_physical;
     if assumed && (effective != 4096 || t["physical_sector_assumed"] != true) {
         out.push(format!("the kernel says {physical} physical; blkalign judges at {effective}"));
     }
@@ -155,8 +173,11 @@ fn check_disk(label: &str, r: &Value) -> Vec<String> {
                 "partition {n}: the kernel says aligned={kernel_aligned}, parted {parted}"
             ));
         }
-        let expected =
-            if assumed { (start_bytes + 4096 - offset % 4096) % 4096 == 0 } else { kernel_aligned };
+        let expected = if kernel_judges {
+            kernel_aligned
+        } else {
+            (start_bytes + judge - offset % judge) % judge == 0
+        };
         if ours_aligned != expected {
             let why = KERNEL_SAYS_512.iter().find(|(d, _)| *d == label).map_or("", |(_, w)| w);
             out.push(format!(
@@ -167,6 +188,172 @@ fn check_disk(label: &str, r: &Value) -> Vec<String> {
         }
     }
     out
+}
+
+/// blkalign's reading of the drive itself (audit's `drive`) against the
+/// peers' reading of the same commands in the guest: hdparm -I (ATA
+/// IDENTIFY), sg_readcap -l (READ CAPACITY(16)), sg_vpd -p bl (Block
+/// Limits), nvme id-ns (Identify Namespace); and each disagreement with
+/// the kernel named for what it is.
+fn check_drive(label: &str, r: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let t = &r["audit"]["targets"][0];
+    let d = &t["drive"];
+    let peers = &r["peers"];
+    let ours = |field: &str| d[field]["value"].as_u64();
+    // hdparm prints an all-zero IDENTIFY, exit 0, where the device has none;
+    // a real one names the model.
+    let hdparm = peers["hdparm"].as_str().filter(|h| h.contains("Model Number:"));
+    if let Some(h) = hdparm {
+        let logical = number_after(h, "Logical  Sector size:")
+            .or_else(|| number_after(h, "Logical/Physical Sector size:"));
+        let physical = number_after(h, "Physical Sector size:")
+            .or_else(|| number_after(h, "Logical/Physical Sector size:"));
+        expect(&mut out, "logical (ATA)", ours("logical_sector_size"), logical, "hdparm -I");
+        expect(&mut out, "physical (ATA)", ours("physical_sector_size"), physical, "hdparm -I");
+        let offset = number_after(h, "Logical Sector-0 offset:").unwrap_or(0);
+        expect(
+            &mut out,
+            "alignment offset (ATA)",
+            ours("alignment_offset"),
+            Some(offset),
+            "hdparm -I",
+        );
+        let model = h.lines().find_map(|l| l.trim().strip_prefix("Model Number:")).map(str::trim);
+        if d["model"].as_str() != model {
+            out.push(format!("drive model {}, hdparm -I {model:?}", d["model"]));
+        }
+    }
+    if (d["protocol"] == "ata") != hdparm.is_some() {
+        out.push(format!(
+            "drive protocol {}, hdparm -I read IDENTIFY: {}",
+            d["protocol"],
+            hdparm.is_some()
+        ));
+    }
+    // libata answers RC16 from IDENTIFY: the same values either way.
+    if let (Some(rc), true) =
+        (peers["readcap"].as_str(), d["protocol"] == "scsi" || d["protocol"] == "ata")
+    {
+        let logical = number_after(rc, "Logical block length=");
+        let exp = number_after(rc, "Logical blocks per physical block exponent=");
+        let lowest = number_after(rc, "Lowest aligned LBA=");
+        expect(&mut out, "logical (RC16)", ours("logical_sector_size"), logical, "sg_readcap -l");
+        let physical = logical.zip(exp).map(|(l, e)| l << e);
+        expect(
+            &mut out,
+            "physical (RC16)",
+            ours("physical_sector_size"),
+            physical,
+            "sg_readcap -l",
+        );
+        let offset = logical.zip(lowest).map(|(l, lba)| l * lba);
+        expect(
+            &mut out,
+            "alignment offset (RC16)",
+            ours("alignment_offset"),
+            offset,
+            "sg_readcap -l",
+        );
+    }
+    if let Some(bl) = peers["vpd_bl"].as_str() {
+        let blocks = number_after(bl, "Optimal transfer length:").filter(|&b| b > 0);
+        let logical = ours("logical_sector_size");
+        expect(
+            &mut out,
+            "optimal I/O (Block Limits)",
+            ours("optimal_io_size"),
+            blocks.zip(logical).map(|(b, l)| b * l),
+            "sg_vpd -p bl",
+        );
+    }
+    let ns = &peers["nvme"];
+    if ns.is_object() {
+        let in_use = ns["flbas"].as_u64().map(|f| f & 0x0F);
+        let formats: Vec<(u64, u64, u64, bool)> = ns["lbafs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, f)| {
+                let ds = f["ds"].as_u64().unwrap_or(0);
+                (
+                    1 << ds,
+                    f["ms"].as_u64().unwrap_or(0),
+                    f["rp"].as_u64().unwrap_or(0),
+                    Some(i as u64) == in_use,
+                )
+            })
+            .collect();
+        let names = ["best", "better", "good", "degraded"];
+        let ours_formats: Vec<(u64, u64, u64, bool)> = d["lba_formats"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|f| {
+                let rp = names.iter().position(|n| f["relative_performance"] == *n).unwrap_or(9);
+                (
+                    f["data_size"].as_u64().unwrap_or(0),
+                    f["metadata_size"].as_u64().unwrap_or(0),
+                    rp as u64,
+                    f["in_use"] == true,
+                )
+            })
+            .collect();
+        if ours_formats != formats {
+            out.push(format!("LBA formats: blkalign {ours_formats:?}, nvme id-ns {formats:?}"));
+        }
+        let size = formats.iter().find(|f| f.3).map(|f| f.0);
+        let optperf = ns["nsfeat"].as_u64().is_some_and(|f| f & 0x10 != 0);
+        let npwg = ns["npwg"].as_u64().filter(|_| optperf).zip(size).map(|(n, s)| (n + 1) * s);
+        expect(&mut out, "logical (NVMe)", ours("logical_sector_size"), size, "nvme id-ns");
+        expect(&mut out, "physical (NVMe NPWG)", ours("physical_sector_size"), npwg, "nvme id-ns");
+    } else if d["protocol"] == "nvme" {
+        out.push("blkalign read Identify Namespace where nvme id-ns could not".into());
+    }
+
+    // The disagreements, named.
+    let notes = t["notes"].to_string();
+    let named = match label {
+        "usb" => {
+            t["physical_sector_source"] == "drive"
+                && notes.contains("USB bridge 46f4:0001: the kernel read capacity(10)")
+        }
+        "virtio" => {
+            d["protocol"].is_null() && d["unanswered"].as_array().is_some_and(|u| !u.is_empty())
+        }
+        _ => true,
+    };
+    if !named {
+        out.push(format!("{label}: the disagreement is not named: drive {d}, notes {notes}"));
+    }
+    match label {
+        "usb" | "virtio" => {}
+        // Everything else answers every command, and agrees with the kernel.
+        _ if d["protocol"].is_null()
+            || d["unanswered"].as_array().is_none_or(|u| !u.is_empty())
+            || ["judging against", "using the drive's", "the drive says"]
+                .iter()
+                .any(|n| notes.contains(n)) =>
+        {
+            out.push(format!("drive {d}, notes {notes}"));
+        }
+        _ => {}
+    }
+    out
+}
+
+/// A mismatch between blkalign's drive value and a peer's.
+fn expect(out: &mut Vec<String>, what: &str, ours: Option<u64>, theirs: Option<u64>, peer: &str) {
+    if ours != theirs {
+        out.push(format!("drive {what}: blkalign {ours:?}, {peer} {theirs:?}"));
+    }
+}
+
+/// The number after `label` in a peer's text ("Lowest aligned LBA=7").
+fn number_after(text: &str, label: &str) -> Option<u64> {
+    let rest = &text[text.find(label)? + label.len()..];
+    rest.trim_start().split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
 }
 
 /// Writers on a real kernel: `partition --yes` on a blank 512e and a 4Kn

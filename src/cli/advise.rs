@@ -40,6 +40,8 @@ pub struct Args {
 #[derive(Serialize)]
 struct Document<'a> {
     target: &'a Path,
+    /// For the whole disk: an NVMe namespace's better LBA format.
+    disk: &'a [Advice],
     partitions: &'a [PartitionAdvice],
 }
 
@@ -82,6 +84,9 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         usb: behind_usb(&root, &target),
     };
     let disk = target.name.clone().unwrap_or_else(|| "DISK".into());
+    let formats = topology.drive.as_ref().map(|d| d.lba_formats.as_slice()).unwrap_or_default();
+    let whole: Vec<Advice> =
+        advise::nvme_format(&target.path.to_string_lossy(), formats).into_iter().collect();
     let advice: Vec<PartitionAdvice> = layout
         .partitions
         .iter()
@@ -124,9 +129,9 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         })
         .collect();
     if args.json {
-        super::emit_json(&Document { target: &target.path, partitions: &advice })?;
+        super::emit_json(&Document { target: &target.path, disk: &whole, partitions: &advice })?;
     } else {
-        super::emit(&text(&target, &advice, &columns, &args.output.style()))?;
+        super::emit(&text(&target, &whole, &advice, &columns, &args.output.style()))?;
     }
     Ok(EXIT_OK)
 }
@@ -179,6 +184,7 @@ fn columns<'a>() -> Vec<Column<Row<'a>>> {
 /// table for all.
 fn text<'a>(
     target: &'a Target,
+    whole: &[Advice],
     advice: &'a [PartitionAdvice],
     columns: &[&Column<Row<'a>>],
     style: &Style,
@@ -191,10 +197,15 @@ fn text<'a>(
         let all: Vec<Row> = advice.iter().flat_map(rows).collect();
         return table::render(columns, &all, style, 0, |_| false);
     }
-    if advice.is_empty() {
-        return "no partitions: partition the disk first (blkalign partition)\n".into();
-    }
     let mut out = String::new();
+    for a in whole {
+        let command = a.command.as_deref().unwrap_or("-");
+        out += &fill("", 4, &format!("{}: {command}", target.path.display()), style.width);
+        out += &fill("  # DESTROYS DATA: ", 4, &a.why, style.width);
+    }
+    if advice.is_empty() {
+        return out + "no partitions: partition the disk first (blkalign partition)\n";
+    }
     if let Some(attach) = advice.first().and_then(|p| p.named.attach()) {
         let text = format!(
             "{} is an image: the commands naming ${{dev}}pN run on its partitions once the \

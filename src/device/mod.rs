@@ -23,6 +23,8 @@ pub enum Source {
     Assumed,
     /// Measured by `blkalign probe`.
     Probe,
+    /// The drive's own answer (ATA IDENTIFY, SCSI RC16, NVMe Identify).
+    Drive,
 }
 
 impl Source {
@@ -36,6 +38,7 @@ impl Source {
             Source::Table => "table",
             Source::Assumed => "assumed",
             Source::Probe => "probe",
+            Source::Drive => "drive",
         }
     }
 }
@@ -79,6 +82,9 @@ pub struct Topology {
     pub vendor: Option<String>,
     pub model: Option<String>,
     pub serial: Option<String>,
+    /// What the drive itself answered; None for an image or a device with
+    /// no drive under it.
+    pub drive: Option<drive::Drive>,
     /// Disagreements between sources and values we neutralised, in words.
     pub notes: Vec<String>,
 }
@@ -104,6 +110,7 @@ pub struct Target {
 }
 
 mod error;
+pub mod drive;
 pub mod exclusive;
 mod ioctl;
 pub mod quirks;
@@ -132,6 +139,7 @@ mod tests {
             Source::Table,
             Source::Assumed,
             Source::Probe,
+            Source::Drive,
         ] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }

@@ -1,6 +1,7 @@
 //! Building a Topology from sysfs, ioctls, quirks, images and overrides,
 //! keeping for every value the source that vouched for it.
 
+use super::drive::{self, Answer, Drive, Protocol};
 use super::quirks::quirk_for;
 use super::sysfs::{read_text, read_u64, SysRoot};
 use super::{ioctl, DeviceError, Overrides, Source, Sourced, Target, TargetKind, Topology};
@@ -65,6 +66,11 @@ fn disk_topology(root: &SysRoot, target: &Target, file: Option<&File>) -> Topolo
     let size = merge("size", "BLKGETSIZE64", sys.size_bytes, ioc.size_bytes, n);
     let size = size.unwrap_or_else(|| assumed("size", 0, n));
     let model = read_text(&dir.join("device/model"));
+    let drive = file.filter(|f| is_block_device(f)).and_then(|f| drive::ask(f, &dir));
+    let (physical, offset) = match &drive {
+        Some(d) => believe_drive(d, logical.value, physical, offset, n),
+        None => (physical, offset),
+    };
 
     Topology {
         minimum_io_size: minimum_io_hint(minimum_io, logical.value, n),
@@ -79,7 +85,92 @@ fn disk_topology(root: &SysRoot, target: &Target, file: Option<&File>) -> Topolo
         vendor: read_text(&dir.join("device/vendor")),
         model,
         serial: read_text(&dir.join("device/serial")),
+        drive,
         notes,
+    }
+}
+
+/// Put the drive's word beside the kernel's. A larger physical sector or
+/// another alignment offset from the drive wins, with the reason the
+/// kernel missed it; a smaller physical sector does not (a start aligned
+/// to the larger is aligned to both).
+fn believe_drive(
+    drive: &Drive,
+    logical: u64,
+    physical: Sourced<u64>,
+    offset: Option<Sourced<u64>>,
+    notes: &mut Vec<String>,
+) -> (Sourced<u64>, Option<Sourced<u64>>) {
+    for u in &drive.unanswered {
+        notes.push(format!("the drive did not answer {}: {}", u.command, u.reason));
+    }
+    if let Some(d) = drive.logical_sector_size.filter(|d| d.value != logical) {
+        notes.push(logical_disagreement(drive, logical, d));
+    }
+    let physical = match drive.physical_sector_size {
+        Some(d) if d.value > physical.value => {
+            notes.push(format!(
+                "{}the kernel says physical {}, the drive {} ({}); judging against {}",
+                why_kernel_missed(drive, d.value),
+                physical.value,
+                d.value,
+                d.via,
+                d.value
+            ));
+            Sourced::new(d.value, Source::Drive)
+        }
+        Some(d) if d.value < physical.value => {
+            notes.push(format!(
+                "the drive says physical {} ({}), the kernel {}; keeping {}: a start aligned to it is aligned to both",
+                d.value, d.via, physical.value, physical.value
+            ));
+            physical
+        }
+        _ => physical,
+    };
+    let offset = match (drive.alignment_offset, offset) {
+        (Some(d), Some(k)) if d.value != k.value => {
+            notes.push(format!(
+                "the kernel says alignment offset {}, the drive {} ({}); using the drive's",
+                k.value, d.value, d.via
+            ));
+            Some(Sourced::new(d.value, Source::Drive))
+        }
+        (Some(d), None) => Some(Sourced::new(d.value, Source::Drive)),
+        (_, k) => k,
+    };
+    (physical, offset)
+}
+
+/// Why the kernel's physical size is smaller than the drive's, where the
+/// driver is known to look elsewhere.
+fn why_kernel_missed(drive: &Drive, physical: u64) -> String {
+    if let Some(bridge) = &drive.usb_bridge {
+        return format!(
+            "USB bridge {}: the kernel read capacity(10) and never saw the {physical}-byte physical sector; ",
+            bridge.id
+        );
+    }
+    if drive.protocol == Some(Protocol::Nvme) {
+        return format!(
+            "NVMe: the kernel caps the physical block size at the atomic write unit; the namespace prefers {physical}-byte writes (NPWG); "
+        );
+    }
+    String::new()
+}
+
+fn logical_disagreement(drive: &Drive, logical: u64, d: Answer) -> String {
+    match &drive.usb_bridge {
+        Some(bridge) => format!(
+            "USB bridge {} presents {logical}-byte logical sectors over a drive with {}-byte ones ({}): \
+             a partition table written through it will not read once the drive is out of the enclosure, \
+             nor one written outside it here",
+            bridge.id, d.value, d.via
+        ),
+        None => format!(
+            "the drive says logical {} ({}), the kernel {logical}; LBAs here are the kernel's",
+            d.value, d.via
+        ),
     }
 }
 
@@ -258,6 +349,7 @@ fn image_topology(target: &Target, file: Option<&File>) -> Result<Topology, Devi
         vendor: None,
         model: None,
         serial: None,
+        drive: None,
         notes,
     })
 }
@@ -418,11 +510,82 @@ mod tests {
             vendor: None,
             model: None,
             serial: None,
+            drive: None,
             notes: Vec::new(),
         };
         reconcile(&mut topo).unwrap();
         assert_eq!(topo.alignment_offset, Sourced::new(0, Source::Assumed));
         assert_eq!(topo.notes.len(), 1, "{:?}", topo.notes);
+    }
+
+    fn drive(physical: Option<u64>, offset: Option<u64>) -> Drive {
+        let answer = |value| Answer { value, via: "SCSI RC16" };
+        Drive {
+            protocol: Some(Protocol::Scsi),
+            logical_sector_size: Some(answer(512)),
+            physical_sector_size: physical.map(answer),
+            alignment_offset: offset.map(answer),
+            ..Drive::default()
+        }
+    }
+
+    #[test]
+    fn a_larger_drive_sector_wins_and_the_bridge_is_named() {
+        let mut usb = drive(Some(4096), Some(0));
+        usb.usb_bridge =
+            Some(drive::UsbBridge { id: "174c:55aa".into(), manufacturer: None, product: None });
+        let mut notes = Vec::new();
+        let (physical, offset) =
+            believe_drive(&usb, 512, kernel(512).unwrap(), kernel(0), &mut notes);
+        assert_eq!(physical, Sourced::new(4096, Source::Drive));
+        assert_eq!(offset, kernel(0), "agreement keeps the kernel's");
+        assert_eq!(
+            notes,
+            ["USB bridge 174c:55aa: the kernel read capacity(10) and never saw the 4096-byte \
+              physical sector; the kernel says physical 512, the drive 4096 (SCSI RC16); judging \
+              against 4096"]
+        );
+    }
+
+    #[test]
+    fn a_smaller_drive_sector_is_noted_not_believed() {
+        let mut notes = Vec::new();
+        let d = drive(Some(512), None);
+        let (physical, offset) =
+            believe_drive(&d, 512, kernel(4096).unwrap(), kernel(0), &mut notes);
+        assert_eq!((physical, offset), (kernel(4096).unwrap(), kernel(0)));
+        assert_eq!(notes.len(), 1, "{notes:?}");
+    }
+
+    /// The jumpered drive whose offset the kernel missed, and an NVMe
+    /// namespace whose NPWG the driver capped.
+    #[test]
+    fn the_drives_offset_wins_and_nvme_is_explained() {
+        let mut notes = Vec::new();
+        let d = drive(Some(4096), Some(3584));
+        let (_, offset) = believe_drive(&d, 512, kernel(4096).unwrap(), kernel(0), &mut notes);
+        assert_eq!(offset, Some(Sourced::new(3584, Source::Drive)));
+        assert_eq!(
+            notes,
+            ["the kernel says alignment offset 0, the drive 3584 (SCSI RC16); using the drive's"]
+        );
+        let nvme = Drive { protocol: Some(Protocol::Nvme), ..drive(Some(4096), None) };
+        let mut notes = Vec::new();
+        believe_drive(&nvme, 512, kernel(512).unwrap(), kernel(0), &mut notes);
+        assert!(notes[0].starts_with("NVMe: the kernel caps the physical block size"), "{notes:?}");
+    }
+
+    #[test]
+    fn a_bridge_with_another_logical_sector_is_a_warning() {
+        let mut d = drive(Some(4096), None);
+        d.usb_bridge =
+            Some(drive::UsbBridge { id: "174c:55aa".into(), manufacturer: None, product: None });
+        d.unanswered.push(drive::Unanswered { command: "SCSI VPD", reason: "rejected".into() });
+        let mut notes = Vec::new();
+        believe_drive(&d, 4096, kernel(4096).unwrap(), kernel(0), &mut notes);
+        assert_eq!(notes[0], "the drive did not answer SCSI VPD: rejected");
+        assert!(notes[1].starts_with("USB bridge 174c:55aa presents 4096-byte logical sectors over a drive with 512-byte ones"), "{notes:?}");
+        assert_eq!(notes.len(), 2, "equal physical sizes say nothing: {notes:?}");
     }
 
     #[test]

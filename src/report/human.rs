@@ -5,6 +5,7 @@ use super::table::{self, fill, Column, Kind, Style, Units};
 use super::{human_size, partition_name, PARTITION_NAME_ABOUT};
 use crate::align::Class;
 use crate::audit::{DiskAudit, LayerAudit, OriginAudit, PartitionAudit};
+use crate::device::drive::{Answer, Drive};
 use crate::device::{Source, Sourced, Topology};
 use crate::table::{types, PartKind, Severity};
 use std::fmt::Write;
@@ -149,6 +150,9 @@ fn disk<'a>(out: &mut String, a: &'a DiskAudit, columns: &[&Column<Row<'a>>], st
     say(out, "", &heading(a));
     if let Some(t) = &a.topology {
         say(out, "  ", &geometry_line(a, t));
+        for line in t.drive.iter().flat_map(drive_lines) {
+            say(out, "  ", &line);
+        }
         for note in &t.notes {
             say(out, "  note: ", note);
         }
@@ -277,6 +281,58 @@ fn geometry_line(a: &DiskAudit, t: &Topology) -> String {
         sourced(&t.logical_sector_size),
         sourced(&t.alignment_offset)
     )
+}
+
+/// What the drive said, when it said anything: its sizes with the command
+/// each came in, who it is, and an NVMe namespace's other formats.
+fn drive_lines(d: &Drive) -> Vec<String> {
+    if d.protocol.is_none() {
+        return Vec::new();
+    }
+    let answer =
+        |name: &str, a: &Option<Answer>| a.map(|a| format!("{name} {} ({})", a.value, a.via));
+    let mut parts: Vec<String> = [
+        answer("logical", &d.logical_sector_size),
+        answer("physical", &d.physical_sector_size),
+        answer("alignment offset", &d.alignment_offset),
+        answer("optimal I/O", &d.optimal_io_size),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let who: Vec<&str> =
+        [&d.vendor, &d.model, &d.firmware].into_iter().flatten().map(String::as_str).collect();
+    if !who.is_empty() {
+        parts.push(who.join(" "));
+    }
+    match d.rpm {
+        Some(0) => parts.push("solid state".into()),
+        Some(rpm) => parts.push(format!("{rpm} rpm")),
+        None => {}
+    }
+    if let Some(b) = &d.usb_bridge {
+        let name: Vec<&str> =
+            [&b.manufacturer, &b.product].into_iter().flatten().map(String::as_str).collect();
+        parts.push(format!("behind USB bridge {} {}", b.id, name.join(" ")).trim_end().into());
+    }
+    let mut lines = vec![format!("drive says: {}", parts.join("  "))];
+    if d.lba_formats.len() > 1 {
+        let formats: Vec<String> = d
+            .lba_formats
+            .iter()
+            .map(|f| {
+                let meta = if f.metadata_size > 0 {
+                    format!("+{}", f.metadata_size)
+                } else {
+                    String::new()
+                };
+                let used = if f.in_use { ", in use" } else { "" };
+                format!("#{} {}{meta} ({}{used})", f.index, f.data_size, f.relative_performance)
+            })
+            .collect();
+        lines.push(format!("LBA formats: {}", formats.join(", ")));
+    }
+    lines
 }
 
 fn sourced(v: &Sourced<u64>) -> String {

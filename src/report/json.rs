@@ -4,6 +4,7 @@ use crate::align::Class;
 use crate::audit::{
     DiskAudit, LayerAudit, OriginAudit, PartSource, PartitionAudit, StructureAudit, TableState,
 };
+use crate::device::drive::Drive;
 use crate::device::{Source, TargetKind};
 use crate::stack::Contents;
 use crate::table::{PartKind, Problem};
@@ -37,6 +38,8 @@ struct Target<'a> {
     vendor: Option<&'a str>,
     model: Option<&'a str>,
     serial: Option<&'a str>,
+    /// What the drive itself answered, beside the kernel's values above.
+    drive: Option<&'a Drive>,
     table: TableState,
     /// The scheme when `table` is "unsupported".
     scheme: Option<&'a str>,
@@ -113,6 +116,7 @@ fn target(a: &DiskAudit) -> Target<'_> {
         vendor: t.and_then(|t| t.vendor.as_deref()),
         model: t.and_then(|t| t.model.as_deref()),
         serial: t.and_then(|t| t.serial.as_deref()),
+        drive: t.and_then(|t| t.drive.as_ref()),
         table: a.table,
         scheme: a.scheme,
         contents: a.contents.as_ref(),

@@ -51,6 +51,23 @@ pub fn render(audits: &[DiskAudit], now: f64) -> String {
     }
     family(
         &mut out,
+        "blkalign_disk_drive_physical_sector_bytes",
+        "Physical sector size the drive itself reports (ATA IDENTIFY, SCSI RC16, NVMe NPWG), where it could be asked.",
+    );
+    for a in audits {
+        let drive = a.topology.as_ref().and_then(|t| t.drive.as_ref());
+        if let Some(p) = drive.and_then(|d| d.physical_sector_size) {
+            sample(
+                &mut out,
+                "blkalign_disk_drive_physical_sector_bytes",
+                &a.path.to_string_lossy(),
+                None,
+                p.value,
+            );
+        }
+    }
+    family(
+        &mut out,
         "blkalign_disk_misaligned",
         "1 if a partition, or a layer it holds (LVM, LUKS, md, file system), starts off a physical sector.",
     );

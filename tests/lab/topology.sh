@@ -5,13 +5,23 @@
 # partitions at 63, 64 and 2048 as the kernel parsed it (start, size,
 # alignment_offset), parted's align-check min per partition (without -s,
 # which says nothing and exits by the last check alone), and
-# `blkalign audit --json` of the disk (its stderr in OUT/LABEL.err).
+# `blkalign audit --json` of the disk (its stderr in OUT/LABEL.err), and
+# the drive's own answers as the peers print them: hdparm -I (ATA
+# IDENTIFY), sg_readcap -l (READ CAPACITY(16)), sg_vpd -p bl (Block
+# Limits) and nvme id-ns -o json.
 set -euo pipefail
 BLKALIGN=$(lab_local "$BLKALIGN")
 out=$1
 shift
 
 q() { cat "/sys/block/$1/queue/$2"; }
+
+# peer COMMAND...: its output (stdout and stderr) as a JSON string, null
+# when it fails.
+peer() {
+  local text
+  if text=$("$@" 2>&1); then jq -Rs . <<<"$text"; else echo null; fi
+}
 
 # record LABEL DEV
 record() {
@@ -34,6 +44,9 @@ record() {
     printf '"kernel": {"logical": %s, "physical": %s, "alignment_offset": %s, "minimum_io": %s, "optimal_io": %s},\n' \
       "$(q "$name" logical_block_size)" "$(q "$name" physical_block_size)" \
       "$(cat "/sys/block/$name/alignment_offset")" "$(q "$name" minimum_io_size)" "$(q "$name" optimal_io_size)"
+    printf '"peers": {"hdparm": %s, "readcap": %s, "vpd_bl": %s, "nvme": %s},\n' \
+      "$(peer hdparm -I "$dev")" "$(peer sg_readcap -l "$dev")" \
+      "$(peer sg_vpd -p bl "$dev")" "$(nvme id-ns -o json "$dev" 2>/dev/null || echo null)"
     printf '"audit": '
     cat /tmp/audit.json
     printf '}\n'
