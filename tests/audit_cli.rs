@@ -196,6 +196,10 @@ fn overrides_change_the_judgement() {
     assert_eq!(t["physical_sector_source"], "override");
     let (code, _) = audit_json(&["--trust-kernel", "--physical-sector-size", "512", image.str()]);
     assert_eq!(code, 0, "a genuine 512-byte drive does not care");
+    // An image has no kernel to trust: its 512 is a guess.
+    let (code, t) = audit_json(&["--trust-kernel", image.str()]);
+    assert_eq!((code, &t["effective_physical_sector_size"]), (1, &4096.into()), "{t}");
+    assert!(t["notes"].to_string().contains("an image has no kernel values to trust"), "{t}");
     let bad = blkalign()
         .args(["audit", "--physical-sector-size", "1000", image.str()])
         .output()

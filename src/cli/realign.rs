@@ -19,6 +19,7 @@ use serde::Serialize;
 use std::fs::File;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Instant;
 
 #[derive(clap::Args)]
@@ -27,11 +28,14 @@ use std::time::Instant;
   blkalign realign /dev/sdb --yes           # move every misaligned partition
   blkalign realign disk.img 2 --to 2048 --yes
   blkalign realign --status /var/lib/blkalign/journals/sdb-p2.journal
+  blkalign realign --clean disk.img --yes   # delete finished journals
 
-A killed or power-cut move resumes when the same command is run again.")]
+A killed or power-cut move resumes when the same command is run again. Ctrl-C
+(SIGINT) or SIGTERM stops it between chunks: it says how far it got and the
+command that finishes it, and exits 130 (143 for SIGTERM).")]
 pub struct Args {
     /// The whole disk (/dev/sda) or disk-image file holding the partitions.
-    #[arg(required_unless_present = "status")]
+    #[arg(required_unless_present_any = ["status", "clean"])]
     target: Option<PathBuf>,
 
     /// Partitions to move, numbered as `audit` numbers them. Default: every
@@ -71,6 +75,12 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["target", "yes"])]
     status: Option<PathBuf>,
 
+    /// Delete the journals of finished moves (about 32 MiB each): TARGET's,
+    /// and those under /var/lib/blkalign/journals/. Lists them unless --yes;
+    /// a journal of an unfinished move is never deleted.
+    #[arg(long, conflicts_with_all = ["status", "to", "partitions"])]
+    clean: bool,
+
     #[command(flatten)]
     geometry: GeometryArgs,
 }
@@ -83,17 +93,23 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         bail!("--to needs exactly one partition number");
     }
     let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
+    if args.clean {
+        return clean(&args, root);
+    }
     let path = args.target.as_deref().context("name the disk or image")?;
+    if args.yes {
+        catch_interrupts();
+    }
     let disk = Disk::open(root, path, &args)?;
     if let Some(journal) = disk.unfinished(args.journal.as_deref())? {
         let n = journal.record.partition;
         if !args.partitions.is_empty() && !args.partitions.contains(&n) {
             bail!(
                 "partition {n} of {} has an unfinished move (journal {}): finish it first with \
-                 `blkalign realign {} {n} --yes`",
+                 `{}`",
                 path.display(),
                 journal.path().display(),
-                path.display()
+                state::finish_command(path, n)
             );
         }
         if !args.yes {
@@ -102,7 +118,10 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
             eprintln!("dry run: rerun with --yes to finish this move");
             return Ok(EXIT_OK);
         }
-        disk.finish(journal, args.json)?;
+        let code = disk.finish(journal, args.json)?;
+        if code != EXIT_OK {
+            return Ok(code);
+        }
     }
     let wanted = disk.wanted(&args.partitions)?;
     if wanted.is_empty() {
@@ -439,6 +458,15 @@ impl Disk {
                 bail!("partition {} vanished", placement.partition.number)
             };
             let placement = Placement { partition: current.clone(), ..placement };
+            if let Some(code) = interrupted() {
+                eprintln!(
+                    "interrupted: partition {} of {} was not touched; rerun the same command to \
+                     move it",
+                    current.number,
+                    self.target.path.display()
+                );
+                return Ok(code);
+            }
             let prepared = prepare(
                 &self.reader,
                 &self.target.path,
@@ -453,7 +481,10 @@ impl Disk {
             for note in &prepared.notes {
                 eprintln!("note: {note}");
             }
-            self.finish(journal, args.json)?;
+            let code = self.finish(journal, args.json)?;
+            if code != EXIT_OK {
+                return Ok(code);
+            }
         }
         Ok(EXIT_OK)
     }
@@ -479,8 +510,9 @@ impl Disk {
         Ok(Journal::create(&path, prepared.record.clone())?)
     }
 
-    /// Run (or resume) the move in `journal` to the end.
-    fn finish(&self, mut journal: Journal, json: bool) -> anyhow::Result<()> {
+    /// Run (or resume) the move in `journal` to the end, or to the chunk
+    /// where a SIGINT or SIGTERM stopped it (its exit code returned).
+    fn finish(&self, mut journal: Journal, json: bool) -> anyhow::Result<u8> {
         exclusive::check_unused(&self.root, &self.target)?;
         let writer = open_writer(&self.target)?;
         let m = journal.record.clone();
@@ -496,10 +528,16 @@ impl Disk {
         }
         let bar = progress(2 * m.bytes());
         let started = Instant::now();
-        let result = copy::run(&writer, &mut journal, &mut |n| bar.inc(n));
+        let stop = || interrupted().is_some();
+        let result = copy::run_until(&writer, &mut journal, &mut |n| bar.inc(n), &stop);
         bar.finish_and_clear();
-        if let Err(err) = result {
-            return Err(moved_error(err, &journal));
+        match result {
+            Err(MoveError::Interrupted { verifying, chunks }) => {
+                eprintln!("{}", self.interrupted_message(&journal, verifying, chunks));
+                return Ok(interrupted().unwrap_or(EXIT_ERROR));
+            }
+            Err(err) => return Err(moved_error(err, &journal)),
+            Ok(()) => {}
         }
         if self.target.kind == TargetKind::Disk {
             self.tell_kernel(&writer, &m);
@@ -531,7 +569,26 @@ impl Disk {
                 human_size(m.bytes())
             ))?;
         }
-        Ok(())
+        Ok(EXIT_OK)
+    }
+
+    /// What a stopped move left: the disk's state and how to finish it.
+    fn interrupted_message(&self, journal: &Journal, verifying: bool, chunks: u64) -> String {
+        let m = &journal.record;
+        let head =
+            format!("interrupted: partition {} of {}", m.partition, self.target.path.display());
+        let state = if verifying {
+            format!("is copied ({}) but not yet verified", human_size(m.bytes()))
+        } else {
+            let done = chunks.saturating_mul(m.chunk_bytes).min(m.bytes());
+            format!("is half-moved: {} of {} copied", human_size(done), human_size(m.bytes()))
+        };
+        format!(
+            "{head} {state}; its data is safe (each byte at its old or new place or in the \
+             journal {}), but it is unusable until the move is finished.\nFinish with: {}",
+            journal.path().display(),
+            state::finish_command(&self.target.path, m.partition)
+        )
     }
 
     /// Swap the kernel's partition for the moved one, if it had it; the
@@ -559,6 +616,83 @@ impl Disk {
             _ => {}
         }
     }
+}
+
+/// The signal that asked a move to stop, 0 for none.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(signal: libc::c_int) {
+    STOP_SIGNAL.store(signal, Ordering::Relaxed);
+}
+
+/// Turn SIGINT and SIGTERM into a request the copy loop honours between
+/// chunks: a kill is safe too, but then the user is told nothing.
+fn catch_interrupts() {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic (async-signal-safe);
+        // glibc's signal() restarts interrupted system calls.
+        unsafe {
+            libc::signal(signal, on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t)
+        };
+    }
+}
+
+/// The exit code a caught signal asks for (128 + its number, the shell's
+/// convention: 130 for SIGINT), if one was caught.
+fn interrupted() -> Option<u8> {
+    let signal = STOP_SIGNAL.load(Ordering::Relaxed);
+    (signal != 0).then(|| u8::try_from(128 + signal).unwrap_or(EXIT_ERROR))
+}
+
+/// Delete (with --yes) or list the journals of finished moves.
+fn clean(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(state::journal_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "journal"))
+        .collect();
+    if let Some(target) = &args.target {
+        paths.extend(Disk::open(root, target, args)?.default_journals());
+    }
+    paths.extend(args.journal.clone());
+    paths.sort();
+    paths.dedup();
+    let mut found = 0;
+    for path in paths {
+        // Not a journal, or unreadable: not ours to delete.
+        let Ok(j) = Journal::open(&path) else { continue };
+        let m = &j.record;
+        let what = format!(
+            "partition {} of {}, LBA {} -> {}",
+            m.partition,
+            m.target.display(),
+            m.old_start,
+            m.new_start
+        );
+        if j.state.phase != Phase::Done {
+            eprintln!(
+                "kept {}: its move ({what}) is unfinished: finish it with `{}`",
+                path.display(),
+                state::finish_command(&m.target, m.partition)
+            );
+            continue;
+        }
+        found += 1;
+        drop(j);
+        if !args.yes {
+            super::emit(&format!("would remove {} ({what}, finished)\n", path.display()))?;
+        } else if state::remove_finished(&path)?.is_some() {
+            super::emit(&format!("removed {} ({what}, finished)\n", path.display()))?;
+        }
+    }
+    if found == 0 {
+        eprintln!("no journals of finished moves");
+    } else if !args.yes {
+        eprintln!("dry run: nothing removed; add --yes to remove them");
+    }
+    Ok(EXIT_OK)
 }
 
 /// O_DIRECT where the file system allows it (tmpfs does not), exclusive

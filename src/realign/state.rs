@@ -3,7 +3,7 @@
 //! by then: a record names its journal, and the journal's identity decides
 //! whether it applies to a disk.
 
-use super::journal::{Journal, Phase};
+use super::journal::{Journal, JournalError, Phase};
 use super::{Identity, Move};
 use crate::table::ReadAt;
 use serde::{Deserialize, Serialize};
@@ -63,6 +63,29 @@ pub fn remove(journal: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The command that finishes the unfinished move of `partition` on
+/// `target`: said the same way wherever a move is left unfinished.
+pub fn finish_command(target: &Path, partition: u32) -> String {
+    format!("blkalign realign {} {partition} --yes", target.display())
+}
+
+/// Delete the journal at `path` (and any record naming it) if its move is
+/// done: copied, verified, the table written, so it holds nothing a rerun
+/// needs. Returns the journal as it was when removed, None when the move
+/// is unfinished (then nothing is touched).
+pub fn remove_finished(path: &Path) -> Result<Option<Journal>, JournalError> {
+    let journal = Journal::open(path)?;
+    if journal.state.phase != Phase::Done {
+        return Ok(None);
+    }
+    let err = |source| JournalError::Io { path: path.to_path_buf(), source };
+    let absolute = fs::canonicalize(path).map_err(err)?;
+    remove(&absolute).map_err(err)?;
+    fs::remove_file(path).map_err(err)?;
+    crate::device::exclusive::sync_parent(path).map_err(err)?;
+    Ok(Some(journal))
+}
+
 /// Every record whose journal exists and is not done.
 pub fn unfinished() -> Vec<(Record, Journal)> {
     let Ok(entries) = fs::read_dir(dir()) else { return Vec::new() };
@@ -106,6 +129,19 @@ pub fn applies(m: &Move, dev: &dyn ReadAt, id: &Identity) -> bool {
 mod tests {
     use super::*;
     use crate::realign::tests::sample_move;
+
+    #[test]
+    fn only_a_finished_journal_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let mut j = Journal::create(&path, sample_move()).unwrap();
+        assert!(remove_finished(&path).unwrap().is_none());
+        assert!(path.exists(), "an unfinished move keeps its journal");
+        j.checksums = vec![0; j.record.chunks() as usize];
+        j.commit(Phase::Done, j.record.chunks(), None).unwrap();
+        assert!(remove_finished(&path).unwrap().is_some());
+        assert!(!path.exists());
+    }
 
     #[test]
     fn a_move_applies_to_its_disk_only() {
