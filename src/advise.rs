@@ -239,10 +239,12 @@ pub fn advise(part: &Partition, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<
 /// sectors and no metadata that the drive rates better than the one in
 /// use, if any. Formatting erases the namespace: an install-time choice.
 pub fn nvme_format(disk: &str, formats: &[Format]) -> Option<Advice> {
-    let rank = |f: &Format| ["best", "better", "good", "degraded"]
-        .iter()
-        .position(|p| *p == f.relative_performance)
-        .unwrap_or(usize::MAX);
+    let rank = |f: &Format| {
+        ["best", "better", "good", "degraded"]
+            .iter()
+            .position(|p| *p == f.relative_performance)
+            .unwrap_or(usize::MAX)
+    };
     let in_use = formats.iter().find(|f| f.in_use)?;
     let better = formats
         .iter()
@@ -640,7 +642,13 @@ mod tests {
         let advice = nvme_format("/dev/nvme0n1", &drive).expect("format 2 is better");
         assert_eq!(advice.command.as_deref(), Some("nvme format /dev/nvme0n1 --lbaf=2"));
         assert!(advice.destroys_data);
-        assert!(advice.why.contains("#2 (4096-byte sectors) is rated better, the one in use (#0, 512-byte) good"), "{}", advice.why);
+        assert!(
+            advice.why.contains(
+                "#2 (4096-byte sectors) is rated better, the one in use (#0, 512-byte) good"
+            ),
+            "{}",
+            advice.why
+        );
         let in_use_4k = [format(0, 4096, 0, "good"), format(1, 512, 0, "best")];
         assert_eq!(nvme_format("/dev/nvme0n1", &in_use_4k), None);
     }

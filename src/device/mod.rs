@@ -109,8 +109,8 @@ pub struct Target {
     pub selected_partition: Option<u32>,
 }
 
-mod error;
 pub mod drive;
+mod error;
 pub mod exclusive;
 mod ioctl;
 pub mod quirks;
