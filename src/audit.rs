@@ -1,6 +1,7 @@
 //! One audit per target: its topology and layout, judged start by start.
 
 use crate::align::{Class, Geometry, Verdict};
+use crate::device::vmimage::{Export, Format};
 use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology};
 use crate::probe;
 use crate::realign;
@@ -150,6 +151,9 @@ pub struct DiskAudit {
     pub path: PathBuf,
     pub name: Option<String>,
     pub kind: Option<TargetKind>,
+    /// A VM image's format ("qcow2", ...), read through QEMU; None for a
+    /// disk or a raw image.
+    pub image_format: Option<&'static str>,
     pub topology: Option<Topology>,
     pub geometry: Option<Geometry>,
     pub table: TableState,
@@ -182,6 +186,7 @@ impl DiskAudit {
             path: path.to_path_buf(),
             name: None,
             kind: None,
+            image_format: None,
             topology: None,
             geometry: None,
             table: TableState::Unknown,
@@ -234,8 +239,39 @@ pub fn audit_machine(
 pub fn audit_path(root: &SysRoot, path: &Path, opts: &Options) -> DiskAudit {
     match device::resolve(root, path) {
         Ok(target) => audit_target(root, &target, opts),
+        Err(device::DeviceError::VmImage { format, .. }) => {
+            audit_vm_image(root, path, &format, opts)
+        }
         Err(err) => DiskAudit::failed(path, err.to_string()),
     }
+}
+
+/// The guest's virtual disk of a VM image, read-only through QEMU's format
+/// driver, reported under the image's own path.
+fn audit_vm_image(root: &SysRoot, path: &Path, format: &Format, opts: &Options) -> DiskAudit {
+    let export = match Export::start(path, format, false) {
+        Ok(export) => export,
+        Err(err) => return DiskAudit::failed(path, err.to_string()),
+    };
+    let target = Target {
+        path: export.file().to_path_buf(),
+        name: None,
+        kind: TargetKind::Image,
+        selected_partition: None,
+    };
+    let mut audit = audit_target(root, &target, opts);
+    audit.path = path.to_path_buf();
+    audit.image_format = Some(format.name());
+    if let Some(t) = &mut audit.topology {
+        t.notes.insert(
+            0,
+            format!(
+                "a {} image: its virtual disk read through qemu-storage-daemon, read-only",
+                format.name()
+            ),
+        );
+    }
+    audit
 }
 
 pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudit {

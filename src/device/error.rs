@@ -25,6 +25,12 @@ pub enum DeviceError {
     NotAttached(PathBuf),
     #[error("invalid override: {0}")]
     InvalidOverride(String),
+    /// Read as raw, a VM image is "no partitions" at best: only audit
+    /// reads one, through QEMU.
+    #[error("{}: a {} image, not a raw disk: `blkalign audit` reads it through QEMU; to change it, convert it to raw first (qemu-img convert -O raw)", path.display(), format.name())]
+    VmImage { path: PathBuf, format: super::vmimage::Format },
+    #[error(transparent)]
+    Export(#[from] super::vmimage::ExportError),
 }
 
 /// Root can still be refused: by a container's device cgroup or a

@@ -118,6 +118,7 @@ mod stack;
 pub(crate) mod sysfs;
 mod target;
 mod topology;
+pub mod vmimage;
 
 pub use error::DeviceError;
 pub use stack::{held, origins, Origin};

@@ -50,6 +50,10 @@ pub fn resolve(root: &SysRoot, path: &Path) -> Result<Target, DeviceError> {
     } else if let Some(target) = fixture_node(root, path) {
         target
     } else {
+        let file = fs::File::open(path).map_err(|e| DeviceError::from_io(path, e))?;
+        if let Some(format) = super::vmimage::detect(&file, meta.len()) {
+            return Err(DeviceError::VmImage { path: path.to_path_buf(), format });
+        }
         let path = path.to_path_buf();
         return Ok(Target { path, name: None, kind: TargetKind::Image, selected_partition: None });
     };

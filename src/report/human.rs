@@ -232,6 +232,18 @@ fn hint(a: &DiskAudit) -> Option<String> {
     }
     let data = || a.data_partitions();
     let path = a.path.display();
+    // Only audit reads a VM image (through QEMU); the rest works on raw.
+    if let Some(format) = a.image_format.filter(|_| data().next().is_some()) {
+        let raw = crate::advise::shell_word(&a.path.with_extension("raw"));
+        let image = crate::advise::shell_word(&a.path);
+        // qemu-img's name for VHD.
+        let format = if format == "vhd" { "vpc" } else { format };
+        return Some(format!(
+            "blkalign changes raw images only: `qemu-img convert -f {format} -O raw {image} \
+             {raw}`, then `blkalign realign {raw}` or `blkalign advise {raw}` (and `qemu-img \
+             convert -O {format}` back)"
+        ));
+    }
     if data().any(|p| p.verdict.verdict == Class::Misaligned) {
         Some(format!(
             "`blkalign realign {path}` shows how to move the misaligned partitions to aligned \

@@ -22,6 +22,8 @@ struct Target<'a> {
     path: &'a Path,
     name: Option<&'a str>,
     kind: Option<TargetKind>,
+    /// A VM image's format, read through QEMU; null for a disk or raw image.
+    image_format: Option<&'a str>,
     size_bytes: Option<u64>,
     logical_sector_size: Option<u64>,
     logical_sector_source: Option<Source>,
@@ -101,6 +103,7 @@ fn target(a: &DiskAudit) -> Target<'_> {
         path: &a.path,
         name: a.name.as_deref(),
         kind: a.kind,
+        image_format: a.image_format,
         size_bytes: t.map(|t| t.size_bytes),
         logical_sector_size: t.map(|t| t.logical_sector_size.value),
         logical_sector_source: t.map(|t| t.logical_sector_size.source),

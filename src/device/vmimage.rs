@@ -1,0 +1,302 @@
+//! Virtual-machine disk images (qcow2, VMDK, VHD, VHDX, VDI, QED): found by
+//! their headers, never read as raw, and read through QEMU's own format
+//! drivers, exported by qemu-storage-daemon as a FUSE file that holds the
+//! guest's virtual disk. QEMU reads every format it writes, follows backing
+//! chains and takes the image lock a running VM holds; a reader of our own
+//! would do each of those worse (docs/vm-images.md).
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// An image format QEMU reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `encryption` names its encryption ("AES", "LUKS") when it has one.
+    Qcow2 {
+        encryption: Option<&'static str>,
+    },
+    Qed,
+    Vmdk,
+    Vhd,
+    Vhdx,
+    Vdi,
+}
+
+impl Format {
+    /// As users and qemu-img name it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Format::Qcow2 { .. } => "qcow2",
+            Format::Qed => "qed",
+            Format::Vmdk => "vmdk",
+            Format::Vhd => "vhd",
+            Format::Vhdx => "vhdx",
+            Format::Vdi => "vdi",
+        }
+    }
+
+    /// QEMU's block driver for it.
+    fn driver(&self) -> &'static str {
+        match self {
+            Format::Vhd => "vpc",
+            other => other.name(),
+        }
+    }
+}
+
+/// The format of the image file `file` of `len` bytes, by its header (or
+/// a VHD's footer); None for a raw image.
+pub fn detect(file: &File, len: u64) -> Option<Format> {
+    let mut head = [0u8; 512];
+    let got = file.read_at(&mut head, 0).ok()?;
+    let head = &head[..got];
+    let be32 = |at: usize| Some(u32::from_be_bytes(head.get(at..at + 4)?.try_into().ok()?));
+    let le32 = |at: usize| Some(u32::from_le_bytes(head.get(at..at + 4)?.try_into().ok()?));
+    if head.starts_with(b"QFI\xfb") {
+        let encryption = match be32(32) {
+            Some(0) | None => None,
+            Some(1) => Some("AES"),
+            Some(2) => Some("LUKS"),
+            Some(_) => Some("an unknown method"),
+        };
+        return Some(Format::Qcow2 { encryption });
+    }
+    if head.starts_with(b"QED\0") {
+        return Some(Format::Qed);
+    }
+    if head.starts_with(b"KDMV") || head.starts_with(b"# Disk DescriptorFile") {
+        return Some(Format::Vmdk);
+    }
+    if head.starts_with(b"vhdxfile") {
+        return Some(Format::Vhdx);
+    }
+    if le32(64) == Some(0xbeda_107f) {
+        return Some(Format::Vdi);
+    }
+    // A dynamic VHD starts with a copy of its footer; a fixed one has it
+    // only in its last sector.
+    if head.starts_with(b"conectix") {
+        return Some(Format::Vhd);
+    }
+    let mut tail = [0u8; 8];
+    let at = len.checked_sub(512)?;
+    file.read_exact_at(&mut tail, at).ok()?;
+    (&tail == b"conectix").then_some(Format::Vhd)
+}
+
+/// Why an image could not be exported.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    #[error("{}: an encrypted {} image ({encryption}): blkalign cannot read it without its key", path.display(), format.name())]
+    Encrypted { path: PathBuf, format: Format, encryption: &'static str },
+    #[error("reading a {format} image needs qemu-storage-daemon (Debian: qemu-system-common; or `qemu-img convert -O raw` it first)")]
+    Missing { format: &'static str },
+    #[error("{}: qemu-storage-daemon could not open it as {format}: {detail}", path.display())]
+    Failed { path: PathBuf, format: &'static str, detail: String },
+    #[error("exporting {}: {error}", path.display())]
+    Io { path: PathBuf, error: std::io::Error },
+}
+
+/// The guest's virtual disk of a VM image as a file, for as long as this
+/// lives: qemu-storage-daemon serving it on a FUSE mount over `file`.
+pub struct Export {
+    /// Holds the mount point; removed after the daemon is gone.
+    _dir: tempfile::TempDir,
+    file: PathBuf,
+    pid: Option<i32>,
+}
+
+impl Export {
+    /// Export `image` in `format`, read-only unless `writable`. A running
+    /// VM's lock on the image makes this fail, naming it.
+    pub fn start(image: &Path, format: &Format, writable: bool) -> Result<Export, ExportError> {
+        if let Format::Qcow2 { encryption: Some(encryption) } = format {
+            let (path, format) = (image.to_path_buf(), format.clone());
+            return Err(ExportError::Encrypted { path, format, encryption });
+        }
+        let io = |error| ExportError::Io { path: image.to_path_buf(), error };
+        let canonical = std::fs::canonicalize(image).map_err(io)?;
+        let dir = tempfile::Builder::new().prefix("blkalign-image-").tempdir().map_err(io)?;
+        let file = dir.path().join("disk");
+        File::create(&file).map_err(io)?;
+        let pidfile = dir.path().join("qsd.pid");
+        let mut export = Export { file, pid: None, _dir: dir };
+        let out = Command::new("qemu-storage-daemon")
+            .args(daemon_args(&canonical, format, writable, &export.file, &pidfile))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => ExportError::Missing { format: format.name() },
+                _ => io(e),
+            })?;
+        export.pid = read_pid(&pidfile);
+        if !out.status.success() || export.pid.is_none() {
+            let mut detail = String::from_utf8_lossy(&out.stderr).trim().replace('\n', " ");
+            if detail.contains("lock") {
+                detail += &holders(&canonical);
+            }
+            let path = image.to_path_buf();
+            return Err(ExportError::Failed { path, format: format.name(), detail });
+        }
+        Ok(export)
+    }
+
+    /// The file holding the virtual disk.
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+}
+
+/// qemu-storage-daemon's arguments: the image through its format driver
+/// (backing files as its header names them), exported over FUSE at
+/// `mountpoint`, daemonised once the export is up.
+fn daemon_args(
+    image: &Path,
+    format: &Format,
+    writable: bool,
+    mountpoint: &Path,
+    pidfile: &Path,
+) -> Vec<String> {
+    let read_only = !writable;
+    let file = serde_json::json!({
+        "driver": "file", "node-name": "file", "filename": image, "read-only": read_only,
+    });
+    let disk = serde_json::json!({
+        "driver": format.driver(), "node-name": "disk", "file": "file", "read-only": read_only,
+    });
+    let export = serde_json::json!({
+        "type": "fuse", "id": "export", "node-name": "disk", "mountpoint": mountpoint,
+        "writable": writable, "growable": false,
+    });
+    vec![
+        "--blockdev".into(),
+        file.to_string(),
+        "--blockdev".into(),
+        disk.to_string(),
+        "--export".into(),
+        export.to_string(),
+        "--daemonize".into(),
+        "--pidfile".into(),
+        pidfile.display().to_string(),
+    ]
+}
+
+/// " (open in PROGRAM, pid N, ...)": the processes holding `image` open,
+/// found by its device and inode in /proc/*/fd (a running VM's QEMU).
+fn holders(image: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(image) else { return String::new() };
+    let same = |fd: &Path| {
+        std::fs::metadata(fd).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let fds = std::fs::read_dir(entry.path().join("fd")).into_iter().flatten().flatten();
+        if fds.map(|fd| fd.path()).any(|fd| same(&fd)) {
+            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+            found.push(format!("{}, pid {pid}", comm.trim()));
+        }
+    }
+    if found.is_empty() {
+        return String::new();
+    }
+    format!(" (open in {}; a running VM's image is audited once it is shut down)", found.join("; "))
+}
+
+fn read_pid(pidfile: &Path) -> Option<i32> {
+    let mut text = String::new();
+    File::open(pidfile).ok()?.read_to_string(&mut text).ok()?;
+    text.trim().parse().ok().filter(|&p| p > 0)
+}
+
+impl Drop for Export {
+    /// Stop the daemon (it flushes and unmounts its export as it exits);
+    /// unmount by hand if it will not go.
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid.and_then(rustix::process::Pid::from_raw) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Path::new(&format!("/proc/{}", pid.as_raw_nonzero())).exists()
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if is_mounted(&self.file) {
+            let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.file).status();
+        }
+    }
+}
+
+fn is_mounted(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
+    let path = path.to_string_lossy();
+    text.lines().any(|l| l.split(' ').nth(4) == Some(path.as_ref()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn image(head: &[u8], at: u64, len: u64) -> File {
+        let mut f = tempfile::tempfile().unwrap();
+        f.set_len(len).unwrap();
+        f.write_all_at(head, at).unwrap();
+        f.flush().unwrap();
+        f
+    }
+
+    #[test]
+    fn formats_by_header() {
+        let mut qcow2 = b"QFI\xfb\0\0\0\x03".to_vec();
+        qcow2.resize(36, 0);
+        assert_eq!(detect(&image(&qcow2, 0, 4096), 4096), Some(Format::Qcow2 { encryption: None }));
+        qcow2[35] = 2;
+        let luks = Format::Qcow2 { encryption: Some("LUKS") };
+        assert_eq!(detect(&image(&qcow2, 0, 4096), 4096), Some(luks));
+        assert_eq!(detect(&image(b"KDMV", 0, 4096), 4096), Some(Format::Vmdk));
+        let descriptor = b"# Disk DescriptorFile\nversion=1\n";
+        assert_eq!(detect(&image(descriptor, 0, 512), 512), Some(Format::Vmdk));
+        assert_eq!(detect(&image(b"vhdxfile", 0, 4096), 4096), Some(Format::Vhdx));
+        assert_eq!(detect(&image(b"QED\0", 0, 4096), 4096), Some(Format::Qed));
+        assert_eq!(
+            detect(&image(&0xbeda_107fu32.to_le_bytes(), 64, 4096), 4096),
+            Some(Format::Vdi)
+        );
+        // A fixed VHD: raw data, then the footer in the last sector.
+        assert_eq!(
+            detect(&image(b"conectix", 1 << 20, (1 << 20) + 512), (1 << 20) + 512),
+            Some(Format::Vhd)
+        );
+        assert_eq!(detect(&image(b"conectix", 0, 4096), 4096), Some(Format::Vhd));
+    }
+
+    #[test]
+    fn raw_images_are_raw() {
+        let mut mbr = vec![0u8; 512];
+        mbr[510] = 0x55;
+        mbr[511] = 0xAA;
+        assert_eq!(detect(&image(&mbr, 0, 1 << 20), 1 << 20), None);
+        assert_eq!(detect(&image(b"", 0, 0), 0), None);
+        assert_eq!(detect(&image(b"conectix", 100, 4096), 4096), None, "not at the footer");
+    }
+
+    #[test]
+    fn names_are_escaped_by_json_not_by_commas() {
+        let image = Path::new("/vm/a,b \"c\".qcow2");
+        let args = daemon_args(image, &Format::Vhd, false, Path::new("/t/disk"), Path::new("/t/p"));
+        let file: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
+        assert_eq!(file["filename"], "/vm/a,b \"c\".qcow2");
+        assert_eq!(file["read-only"], true);
+        let disk: serde_json::Value = serde_json::from_str(&args[3]).unwrap();
+        assert_eq!(disk["driver"], "vpc");
+        let export: serde_json::Value = serde_json::from_str(&args[5]).unwrap();
+        assert_eq!(export["writable"], false);
+    }
+}
