@@ -1,6 +1,7 @@
 //! One audit per target: its topology and layout, judged start by start.
 
 use crate::align::{Class, Geometry, Verdict};
+use crate::device::libvirt::DomainDisk;
 use crate::device::vmimage::{Export, Format};
 use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology};
 use crate::probe;
@@ -154,6 +155,9 @@ pub struct DiskAudit {
     /// A VM image's format ("qcow2", ...), read through QEMU; None for a
     /// disk or a raw image.
     pub image_format: Option<&'static str>,
+    /// The libvirt guest whose disk this is, and its name for it (vda).
+    pub domain: Option<String>,
+    pub domain_disk: Option<String>,
     pub topology: Option<Topology>,
     pub geometry: Option<Geometry>,
     pub table: TableState,
@@ -187,6 +191,8 @@ impl DiskAudit {
             name: None,
             kind: None,
             image_format: None,
+            domain: None,
+            domain_disk: None,
             topology: None,
             geometry: None,
             table: TableState::Unknown,
@@ -237,10 +243,30 @@ pub fn audit_machine(
 
 /// Audit what the user named: a disk, a partition (its disk) or an image.
 pub fn audit_path(root: &SysRoot, path: &Path, opts: &Options) -> DiskAudit {
+    audit_path_shared(root, path, opts, false)
+}
+
+/// A libvirt guest's disk, named for its guest; a running guest's image is
+/// read past its QEMU's lock, and said to be.
+pub fn audit_domain_disk(root: &SysRoot, disk: &DomainDisk, opts: &Options) -> DiskAudit {
+    let mut audit = audit_path_shared(root, &disk.source, opts, disk.running);
+    audit.domain = Some(disk.domain.clone());
+    audit.domain_disk = Some(disk.target.clone());
+    if let (true, Some(t)) = (disk.running && audit.image_format.is_some(), &mut audit.topology) {
+        t.notes.push(
+            "the guest is running: its image was read past its lock, so what the guest has not \
+             written back yet is not seen"
+                .into(),
+        );
+    }
+    audit
+}
+
+fn audit_path_shared(root: &SysRoot, path: &Path, opts: &Options, share: bool) -> DiskAudit {
     match device::resolve(root, path) {
         Ok(target) => audit_target(root, &target, opts),
         Err(device::DeviceError::VmImage { format, .. }) => {
-            audit_vm_image(root, path, &format, opts)
+            audit_vm_image(root, path, &format, opts, share)
         }
         Err(err) => DiskAudit::failed(path, err.to_string()),
     }
@@ -248,8 +274,14 @@ pub fn audit_path(root: &SysRoot, path: &Path, opts: &Options) -> DiskAudit {
 
 /// The guest's virtual disk of a VM image, read-only through QEMU's format
 /// driver, reported under the image's own path.
-fn audit_vm_image(root: &SysRoot, path: &Path, format: &Format, opts: &Options) -> DiskAudit {
-    let export = match Export::start(path, format, false) {
+fn audit_vm_image(
+    root: &SysRoot,
+    path: &Path,
+    format: &Format,
+    opts: &Options,
+    share: bool,
+) -> DiskAudit {
+    let export = match Export::start(path, format, share) {
         Ok(export) => export,
         Err(err) => return DiskAudit::failed(path, err.to_string()),
     };

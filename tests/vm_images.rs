@@ -3,8 +3,9 @@
 //! (qemu-storage-daemon): every partition where sfdisk reads it in the raw
 //! image, the virtual size qemu-img reports, the raw image's verdicts.
 //! Backing chains are followed, an encrypted image and one a running VM
-//! holds are refused naming why, and no command that writes takes a VM
-//! image for raw. Nothing is left mounted or running.
+//! holds are refused naming why, no command that writes takes a VM image
+//! for raw, and none writes a raw image a running VM holds. Nothing is left
+//! mounted or running.
 
 mod common;
 
@@ -159,6 +160,22 @@ fn writers_never_take_a_vm_image_for_raw() {
         assert!(err.contains("a qcow2 image, not a raw disk"), "{args:?}: {err}");
     }
     assert_eq!(run("sha256sum", &[path]).stdout, before, "the image changed");
+
+    // A raw image a running VM uses: its QEMU's lock refuses every writer,
+    // dry run and --yes alike, naming the process.
+    let vm = Vm::start_as(&raw.path, "raw");
+    let before = run("sha256sum", &[raw.str()]).stdout;
+    for args in [vec!["realign", raw.str(), "--yes"], vec!["realign", raw.str()]] {
+        let out = blkalign().args(&args).output().expect("run");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let holder = format!("pid {}", vm.pid);
+        assert!(err.contains("holds a lock on it") && err.contains(&holder), "{args:?}: {err}");
+    }
+    assert_eq!(run("sha256sum", &[raw.str()]).stdout, before, "the raw image changed");
+    drop(vm);
+    let out = blkalign().args(["realign", raw.str()]).output().expect("run");
+    assert_eq!(out.status.code(), Some(0), "once the VM is gone, the dry run plans: {out:?}");
 }
 
 /// qemu-storage-daemon holding `image` writable, as a running VM's QEMU
@@ -170,11 +187,27 @@ struct Vm {
 
 impl Vm {
     fn start(image: &Path) -> Vm {
+        Vm::start_as(image, "qcow2")
+    }
+
+    fn start_as(image: &Path, format: &str) -> Vm {
         let dir = tempfile::tempdir().expect("tempdir");
         let pidfile = dir.path().join("pid");
         let file = format!("driver=file,node-name=f,filename={}", image.display());
+        // A writable export is a user of the disk, as a guest's device is:
+        // QEMU locks the image for it.
+        let socket = format!("addr.type=unix,addr.path={}", dir.path().join("nbd").display());
         let status = Command::new("qemu-storage-daemon")
-            .args(["--blockdev", &file, "--blockdev", "driver=qcow2,node-name=d,file=f"])
+            .args([
+                "--blockdev",
+                &file,
+                "--blockdev",
+                &format!("driver={format},node-name=d,file=f"),
+                "--nbd-server",
+                &socket,
+                "--export",
+                "type=nbd,id=e,node-name=d,writable=on",
+            ])
             .arg("--daemonize")
             .arg("--pidfile")
             .arg(&pidfile)
@@ -196,4 +229,60 @@ impl Drop for Vm {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
+}
+
+/// `--domain` and `--all-domains` through libvirt's test driver (no
+/// daemon): a running guest's qcow2, held by a stand-in for its QEMU, is
+/// read past the lock and said to be; its raw disk is audited as it is;
+/// its CD-ROM is skipped; an unknown guest is exit 2 naming virsh's answer.
+#[test]
+fn libvirt_guests_are_audited_by_name() {
+    if !needs(false, &[TOOLS, &["virsh"]].concat()) {
+        return;
+    }
+    let raw = raw_image();
+    let image = convert(&raw, "qcow2");
+    let node = raw.path.with_file_name("node.xml");
+    let disk = |file: &Path, dev: &str| {
+        format!(
+            "<disk type='file' device='disk'><source file='{}'/><target dev='{dev}'/></disk>",
+            file.display()
+        )
+    };
+    let xml = format!(
+        "<node><domain type='test'><name>old xp</name><memory>65536</memory><os><type>hvm</type></os>\
+         <devices>{}<disk type='file' device='cdrom'><target dev='hdc'/></disk>{}</devices></domain></node>",
+        disk(&image, "vda"),
+        disk(&raw.path, "vdb")
+    );
+    std::fs::write(&node, xml).expect("write node.xml");
+    let uri = format!("test://{}", node.display());
+    let _vm = Vm::start(&image);
+    for selection in [vec!["--domain", "old xp"], vec!["--all-domains"]] {
+        let out = blkalign()
+            .args(["audit", "--json", "--connect", &uri])
+            .args(&selection)
+            .output()
+            .expect("run audit");
+        let text = String::from_utf8_lossy(&out.stdout);
+        check_schema("audit", &text);
+        let doc = common::json_of(&out.stdout);
+        let targets = doc["targets"].as_array().cloned().unwrap_or_default();
+        let seen: Vec<(&str, &str, &str)> = targets
+            .iter()
+            .map(|t| {
+                let s = |k: &str| t[k].as_str().unwrap_or("null");
+                (s("domain"), s("domain_disk"), s("image_format"))
+            })
+            .collect();
+        assert_eq!(seen, [("old xp", "vda", "qcow2"), ("old xp", "vdb", "null")], "{selection:?}");
+        assert_eq!(out.status.code(), Some(1), "{selection:?}: {doc}");
+        assert!(targets[0]["notes"].to_string().contains("the guest is running"), "{doc}");
+        assert_eq!(starts(&targets[0]), starts(&targets[1]), "the same disk, two formats");
+    }
+    let out =
+        blkalign().args(["audit", "--connect", &uri, "--domain", "nobody"]).output().expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("virsh domstate nobody"), "{out:?}");
+    assert_eq!(our_mounts(), 0, "an export was left mounted");
 }

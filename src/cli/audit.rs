@@ -4,7 +4,7 @@ use super::output::OutputArgs;
 use super::{GeometryArgs, EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use blkalign::align::Class;
 use blkalign::audit::{self, DiskAudit, Options};
-use blkalign::device::SysRoot;
+use blkalign::device::{libvirt, SysRoot};
 use blkalign::report;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,6 +25,7 @@ pub enum Format {
   blkalign audit -o +END,SECTORS,PARTLABEL /dev/sda
   blkalign audit -rn -o NAME,VERDICT        one line per partition, for scripts
   blkalign audit --output help              the columns
+  blkalign audit --all-domains --json       every libvirt guest's disks
   blkalign audit --json | jq '.targets[].partitions[] | [.number, .verdict]'")]
 pub struct Args {
     /// Whole disks (/dev/sda), partitions (audits their disk, highlights the
@@ -57,6 +58,20 @@ pub struct Args {
     #[arg(long, requires = "probe")]
     yes: bool,
 
+    /// Audit the disks of this libvirt guest (repeatable), read-only; a
+    /// running guest's images are read past its lock.
+    #[arg(long, value_name = "NAME")]
+    domain: Vec<String>,
+
+    /// Audit the disks of every libvirt guest, running or not.
+    #[arg(long)]
+    all_domains: bool,
+
+    /// The libvirt connection for --domain and --all-domains (virsh's
+    /// --connect; default: virsh's, LIBVIRT_DEFAULT_URI).
+    #[arg(long, value_name = "URI")]
+    connect: Option<String>,
+
     #[command(flatten)]
     geometry: GeometryArgs,
 }
@@ -81,11 +96,20 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         trust_kernel: args.geometry.trust_kernel,
         probe: args.probe,
     };
-    let audits = if args.targets.is_empty() {
+    let guests = !args.domain.is_empty() || args.all_domains;
+    let mut audits: Vec<DiskAudit> = if args.targets.is_empty() && !guests {
         audit::audit_machine(&root, &opts)?
     } else {
         args.targets.iter().map(|t| audit::audit_path(&root, t, &opts)).collect()
     };
+    if guests {
+        let uri = args.connect.as_deref();
+        let names = if args.all_domains { libvirt::domains(uri)? } else { args.domain.clone() };
+        for name in &names {
+            let disks = libvirt::disks(uri, name)?;
+            audits.extend(disks.iter().map(|d| audit::audit_domain_disk(&root, d, &opts)));
+        }
+    }
     let text = match format {
         // A target never found is nothing but its error, said once below.
         Format::Table => {

@@ -113,6 +113,7 @@ pub mod drive;
 mod error;
 pub mod exclusive;
 mod ioctl;
+pub mod libvirt;
 pub mod quirks;
 mod stack;
 pub(crate) mod sysfs;

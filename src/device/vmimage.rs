@@ -111,9 +111,10 @@ pub struct Export {
 }
 
 impl Export {
-    /// Export `image` in `format`, read-only unless `writable`. A running
-    /// VM's lock on the image makes this fail, naming it.
-    pub fn start(image: &Path, format: &Format, writable: bool) -> Result<Export, ExportError> {
+    /// Export `image` in `format`, read-only. A running VM's lock on the
+    /// image makes this fail, naming it, unless `force_share`: then it is
+    /// read past the lock (a running guest's, audited on purpose).
+    pub fn start(image: &Path, format: &Format, force_share: bool) -> Result<Export, ExportError> {
         if let Format::Qcow2 { encryption: Some(encryption) } = format {
             let (path, format) = (image.to_path_buf(), format.clone());
             return Err(ExportError::Encrypted { path, format, encryption });
@@ -126,7 +127,7 @@ impl Export {
         let pidfile = dir.path().join("qsd.pid");
         let mut export = Export { file, pid: None, _dir: dir };
         let out = Command::new("qemu-storage-daemon")
-            .args(daemon_args(&canonical, format, writable, &export.file, &pidfile))
+            .args(daemon_args(&canonical, format, force_share, &export.file, &pidfile))
             .stdin(Stdio::null())
             .output()
             .map_err(|e| match e.kind() {
@@ -137,7 +138,9 @@ impl Export {
         if !out.status.success() || export.pid.is_none() {
             let mut detail = String::from_utf8_lossy(&out.stderr).trim().replace('\n', " ");
             if detail.contains("lock") {
-                detail += &holders(&canonical);
+                detail += &super::exclusive::holders(&canonical);
+                detail += "; a running VM's image is audited once it is shut down, or with \
+                           --domain while it runs";
             }
             let path = image.to_path_buf();
             return Err(ExportError::Failed { path, format: format.name(), detail });
@@ -152,25 +155,26 @@ impl Export {
 }
 
 /// qemu-storage-daemon's arguments: the image through its format driver
-/// (backing files as its header names them), exported over FUSE at
-/// `mountpoint`, daemonised once the export is up.
+/// (backing files as its header names them), read-only, exported over FUSE
+/// at `mountpoint`, daemonised once the export is up.
 fn daemon_args(
     image: &Path,
     format: &Format,
-    writable: bool,
+    force_share: bool,
     mountpoint: &Path,
     pidfile: &Path,
 ) -> Vec<String> {
-    let read_only = !writable;
     let file = serde_json::json!({
-        "driver": "file", "node-name": "file", "filename": image, "read-only": read_only,
+        "driver": "file", "node-name": "file", "filename": image, "read-only": true,
+        "force-share": force_share,
     });
     let disk = serde_json::json!({
-        "driver": format.driver(), "node-name": "disk", "file": "file", "read-only": read_only,
+        "driver": format.driver(), "node-name": "disk", "file": "file", "read-only": true,
+        "force-share": force_share,
     });
     let export = serde_json::json!({
         "type": "fuse", "id": "export", "node-name": "disk", "mountpoint": mountpoint,
-        "writable": writable, "growable": false,
+        "writable": false, "growable": false,
     });
     vec![
         "--blockdev".into(),
@@ -183,29 +187,6 @@ fn daemon_args(
         "--pidfile".into(),
         pidfile.display().to_string(),
     ]
-}
-
-/// " (open in PROGRAM, pid N, ...)": the processes holding `image` open,
-/// found by its device and inode in /proc/*/fd (a running VM's QEMU).
-fn holders(image: &Path) -> String {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(image) else { return String::new() };
-    let same = |fd: &Path| {
-        std::fs::metadata(fd).is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
-    };
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let fds = std::fs::read_dir(entry.path().join("fd")).into_iter().flatten().flatten();
-        if fds.map(|fd| fd.path()).any(|fd| same(&fd)) {
-            let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-            found.push(format!("{}, pid {pid}", comm.trim()));
-        }
-    }
-    if found.is_empty() {
-        return String::new();
-    }
-    format!(" (open in {}; a running VM's image is audited once it is shut down)", found.join("; "))
 }
 
 fn read_pid(pidfile: &Path) -> Option<i32> {
@@ -290,10 +271,10 @@ mod tests {
     #[test]
     fn names_are_escaped_by_json_not_by_commas() {
         let image = Path::new("/vm/a,b \"c\".qcow2");
-        let args = daemon_args(image, &Format::Vhd, false, Path::new("/t/disk"), Path::new("/t/p"));
+        let args = daemon_args(image, &Format::Vhd, true, Path::new("/t/disk"), Path::new("/t/p"));
         let file: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
         assert_eq!(file["filename"], "/vm/a,b \"c\".qcow2");
-        assert_eq!(file["read-only"], true);
+        assert_eq!((&file["read-only"], &file["force-share"]), (&true.into(), &true.into()));
         let disk: serde_json::Value = serde_json::from_str(&args[3]).unwrap();
         assert_eq!(disk["driver"], "vpc");
         let export: serde_json::Value = serde_json::from_str(&args[5]).unwrap();

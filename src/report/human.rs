@@ -261,6 +261,9 @@ fn hint(a: &DiskAudit) -> Option<String> {
 
 fn heading(a: &DiskAudit) -> String {
     let mut parts = vec![a.path.display().to_string()];
+    if let (Some(domain), Some(disk)) = (&a.domain, &a.domain_disk) {
+        parts.push(format!("(guest {domain}, {disk})"));
+    }
     if let Some(t) = &a.topology {
         if let Some(model) = &t.model {
             parts.push(model.clone());

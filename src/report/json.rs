@@ -24,6 +24,9 @@ struct Target<'a> {
     kind: Option<TargetKind>,
     /// A VM image's format, read through QEMU; null for a disk or raw image.
     image_format: Option<&'a str>,
+    /// The libvirt guest whose disk this is, and its name for it (vda).
+    domain: Option<&'a str>,
+    domain_disk: Option<&'a str>,
     size_bytes: Option<u64>,
     logical_sector_size: Option<u64>,
     logical_sector_source: Option<Source>,
@@ -104,6 +107,8 @@ fn target(a: &DiskAudit) -> Target<'_> {
         name: a.name.as_deref(),
         kind: a.kind,
         image_format: a.image_format,
+        domain: a.domain.as_deref(),
+        domain_disk: a.domain_disk.as_deref(),
         size_bytes: t.map(|t| t.size_bytes),
         logical_sector_size: t.map(|t| t.logical_sector_size.value),
         logical_sector_source: t.map(|t| t.logical_sector_size.source),
