@@ -15,6 +15,7 @@ pub mod plan;
 pub mod probe;
 pub mod realign;
 pub mod report;
+pub mod rescale;
 pub mod stack;
 pub mod table;
 pub mod units;

@@ -67,8 +67,8 @@ pub struct Args {
     #[arg(long)]
     all_domains: bool,
 
-    /// The libvirt connection for --domain and --all-domains (virsh's
-    /// --connect; default: virsh's, LIBVIRT_DEFAULT_URI).
+    /// The libvirt URI whose guests to audit (default: virsh's own, as
+    /// LIBVIRT_DEFAULT_URI sets it).
     #[arg(long, value_name = "URI")]
     connect: Option<String>,
 

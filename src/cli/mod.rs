@@ -12,6 +12,7 @@ mod partition;
 mod plan;
 mod probe;
 mod realign;
+mod rescale;
 mod restore;
 
 use clap::{Parser, Subcommand};
@@ -67,6 +68,9 @@ enum Command {
     /// Put back the sectors a `partition` run saved, on the disk they came
     /// from (prints what it would do unless --yes).
     Restore(restore::Args),
+    /// Rewrite an MBR or GPT for another logical sector size (4096 <-> 512),
+    /// every partition keeping its bytes (prints the change unless --yes).
+    Rescale(rescale::Args),
     /// Print mkfs, LVM, LUKS and ZFS options that keep each partition's contents aligned.
     Advise(advise::Args),
     /// Start, list, stop and power-cut emulated Advanced Format drives.
@@ -162,6 +166,7 @@ pub fn main() -> ExitCode {
         Command::Plan(args) => plan::run(args, cli.sysfs_root),
         Command::Partition(args) => partition::run(args, cli.sysfs_root),
         Command::Restore(args) => restore::run(args, cli.sysfs_root),
+        Command::Rescale(args) => rescale::run(args, cli.sysfs_root),
         Command::Advise(args) => advise::run(args, cli.sysfs_root),
         Command::Emulate(cmd) => emulate::run(cmd),
         Command::Bench(args) => bench::run(args, cli.sysfs_root),

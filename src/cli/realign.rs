@@ -295,9 +295,35 @@ impl Disk {
 
     fn place_one(&self, layout: &Layout, req: Request) -> Result<Placement, PlaceError> {
         let ss = layout.sector_size;
-        let nonzero = |lbas| holds_data(&self.reader, lbas, ss);
+        let n = req.partition;
+        let part = layout.partitions.iter().find(|p| p.number == n);
+        // Bytes an earlier move of this very partition left behind are ours
+        // to overwrite, not a boot loader's.
+        let stale = std::cell::Cell::new(None);
+        let nonzero = |lbas: std::ops::Range<u64>| {
+            if !holds_data(&self.reader, lbas.clone(), ss) {
+                return false;
+            }
+            let ours = part.is_some_and(|p| stale_copy(&self.reader, lbas.clone(), p, ss));
+            if ours {
+                stale.set(Some(lbas));
+            }
+            !ours
+        };
         let sectors = self.topology.size_bytes / ss;
-        let placed = place::place(layout, &self.geometry, sectors, &req, &nonzero)?;
+        let mut placed = place::place(layout, &self.geometry, sectors, &req, &nonzero)?;
+        if let Some(gap) = stale.take().filter(|g| placed.new_start <= g.start) {
+            let note = format!(
+                "sectors {}-{} hold a stale copy of partition {n}'s first sectors, left by an \
+                 earlier move: not boot-loader data, overwritten",
+                gap.start,
+                gap.end.saturating_sub(1)
+            );
+            placed.note = Some(match placed.note.take() {
+                Some(first) => format!("{first}; {note}"),
+                None => note,
+            });
+        }
         if !req.force {
             if let Some(why) =
                 guard::boot_loader(&self.reader, &placed.partition, &self.target.path)
@@ -356,6 +382,7 @@ impl Disk {
         let passes = if journaled { 4.0 } else { 3.0 };
         let mut notes: Vec<String> = placement.note.iter().cloned().collect();
         notes.extend(prepared.notes.iter().cloned());
+        notes.extend(self.fat_warning(m.partition, m.old_start, m.sectors));
         Ok(Planned {
             partition: m.partition,
             contents: m.contents.clone(),
@@ -373,6 +400,16 @@ impl Disk {
             notes,
             refused: None,
         })
+    }
+
+    /// What stays misaligned inside partition `n` (at LBA `start`) whatever
+    /// its start: a FAT data area off the physical sector grid.
+    fn fat_warning(&self, n: u32, start: u64, sectors: u64) -> Option<String> {
+        let ss = self.topology.logical_sector_size.value;
+        let (at, len) = (start.checked_mul(ss)?, sectors.checked_mul(ss)?);
+        let layers = blkalign::stack::walk(&self.reader, at, len);
+        let dev = blkalign::advise::Node::of(&self.target, n).shell();
+        place::fat_data_warning(&layers, self.geometry.physical, &dev)
     }
 
     fn refusal(&self, layout: &Layout, err: PlaceError) -> Planned {
@@ -546,6 +583,9 @@ impl Disk {
         let absolute = std::fs::canonicalize(journal.path())?;
         state::remove(&absolute)?;
         let seconds = started.elapsed().as_secs_f64();
+        // Direct writes dropped the reader's cached pages: this sees the moved bytes.
+        let warnings: Vec<String> =
+            self.fat_warning(m.partition, m.new_start, m.sectors).into_iter().collect();
         let done = Done {
             target: &self.target.path,
             partition: m.partition,
@@ -559,6 +599,10 @@ impl Disk {
         };
         if json {
             super::emit_json(&done)?;
+            // The schema has no place for it; stderr is not the document.
+            for w in &warnings {
+                eprintln!("warning: {w}");
+            }
         } else {
             super::emit(&format!(
                 "{}: moved partition {} from LBA {} to {} ({} in {seconds:.1} s), verified, table written\n",
@@ -568,6 +612,9 @@ impl Disk {
                 m.new_start,
                 human_size(m.bytes())
             ))?;
+            for w in &warnings {
+                super::emit(&format!("  warning: {w}\n"))?;
+            }
         }
         Ok(EXIT_OK)
     }
@@ -729,6 +776,71 @@ fn holds_data(file: &File, lbas: std::ops::Range<u64>, ss: u64) -> bool {
         at += len as u64;
     }
     false
+}
+
+/// Whether the non-zero sectors of `gap` (which ends where partition `p`
+/// begins) are what a move to the right leaves: a copy of the partition's
+/// own first sectors, in order, from some earlier start. Sectors a move
+/// rewrites (the start fixups: boot sector, FAT32 backup boot sector) may
+/// differ; any other mismatch means someone else's data.
+fn stale_copy(file: &File, gap: std::ops::Range<u64>, p: &table::Partition, ss: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    const FIXUP_SECTORS: usize = 16;
+    const ANCHORS: usize = 32;
+    // Each try reads the whole gap: a sector repeated all over the
+    // partition (0xFF fill) must not make this quadratic.
+    const TRIES: usize = 64;
+    if ss == 0 {
+        return false;
+    }
+    let Some(sectors) = p.start.checked_sub(gap.start).filter(|&s| gap.end == p.start && s > 0)
+    else {
+        return false;
+    };
+    // Gaps are a MiB or a few: more is not a leftover worth recognising.
+    let Some(bytes) = sectors.checked_mul(ss).filter(|&b| b <= 64 << 20) else { return false };
+    // The copy may begin before the gap: read twice its length of the partition.
+    let head = p.size.min(sectors.saturating_mul(2)).saturating_mul(ss);
+    let (Ok(len), Ok(head)) = (usize::try_from(bytes), usize::try_from(head)) else {
+        return false;
+    };
+    let (mut old, mut new) = (vec![0u8; len], vec![0u8; head]);
+    let ok =
+        |buf: &mut [u8], at: Option<u64>| at.is_some_and(|at| file.read_exact_at(buf, at).is_ok());
+    if !ok(&mut old, gap.start.checked_mul(ss)) || !ok(&mut new, p.start.checked_mul(ss)) {
+        return false;
+    }
+    let ss = ss as usize;
+    let old: Vec<&[u8]> = old.chunks(ss).collect();
+    let new: Vec<&[u8]> = new.chunks(ss).collect();
+    let nonzero = |s: &[u8]| s.iter().any(|&b| b != 0);
+    // Gap sector g is the partition's sector g + lag: lag < 0 when the
+    // copy began inside the gap, whose sectors before it must be zero.
+    let fits = |lag: isize| {
+        let mut matched = false;
+        for (g, was) in old.iter().enumerate() {
+            let at = (g as isize).checked_add(lag).and_then(|i| usize::try_from(i).ok());
+            match at.map(|i| (i, new.get(i))) {
+                Some((i, Some(is))) if is == was => matched |= nonzero(was) && i >= FIXUP_SECTORS,
+                Some((i, Some(_))) if i < FIXUP_SECTORS => {}
+                _ if !nonzero(was) => {}
+                _ => return false,
+            }
+        }
+        matched
+    };
+    // Anchor on a few non-zero gap sectors: each equal partition sector
+    // proposes a lag.
+    let lags =
+        old.iter().enumerate().filter(|(_, s)| nonzero(s)).take(ANCHORS).flat_map(|(g, was)| {
+            new.iter().enumerate().filter(move |(_, is)| *is == was).map(move |(i, _)| {
+                // Both below 2^18 sectors: no overflow.
+                i as isize - g as isize
+            })
+        });
+    let mut lags: Vec<isize> = lags.take(TRIES).collect();
+    lags.dedup();
+    lags.into_iter().any(fits)
 }
 
 /// Bytes per second reading up to 64 MiB (at most half a second) of the

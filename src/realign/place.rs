@@ -4,6 +4,7 @@
 
 use crate::align::{align_down, align_up, lcm, Geometry};
 use crate::plan::{self, Align};
+use crate::stack::{Details, Layer};
 use crate::table::{Label, Layout, PartKind, Partition};
 use std::ops::Range;
 
@@ -118,6 +119,32 @@ pub fn place(
         }
     }
     Err(no_room(n, failures))
+}
+
+/// What a move leaves misaligned inside the partition: a FAT data area
+/// sits a fixed distance from the partition's start, so when that distance
+/// is not a whole number of physical sectors no start aligns both the
+/// partition and the clusters. `layers` are the partition's, `dev` names it.
+pub fn fat_data_warning(layers: &[Layer], physical: u64, dev: &str) -> Option<String> {
+    let (bits, sector, cluster, data) = layers.iter().find_map(|l| match l.details {
+        Details::Fat { bits, sector_bytes, cluster_bytes, data_start_bytes } if l.depth == 0 => {
+            Some((bits, sector_bytes, cluster_bytes, data_start_bytes))
+        }
+        _ => None,
+    })?;
+    let off = data.checked_rem(physical).filter(|&r| r != 0)?;
+    // advise's choice: a cluster of at least one physical sector.
+    let new_cluster = physical.clamp(4096, 32768).max(sector);
+    let flag = if bits == 32 { "-F 32 " } else { "" };
+    Some(format!(
+        "the FAT{bits} data area starts {data} bytes into the partition, {off} bytes past a \
+         {physical}-byte boundary: after the move its {cluster}-byte clusters will still straddle \
+         physical sectors (audit still calls that layer misaligned). Moving cannot fix it: a \
+         start that aligned the clusters would misalign the partition. Back the files up, \
+         recreate the file system (`mkfs.vfat {flag}-s {} {dev}`: without -a, mkfs.fat aligns \
+         the data area to the cluster size) and restore",
+        new_cluster.checked_div(sector).unwrap_or(1)
+    ))
 }
 
 /// Why one candidate start does not work.
@@ -300,6 +327,37 @@ mod tests {
         let mut img = vec![0u8; (sectors * 512) as usize];
         mbr_entry(&mut img, 0, 0, 0x83, 63, size);
         read(&img, 512, img.len() as u64).unwrap()
+    }
+
+    #[test]
+    fn a_fat_data_area_off_the_physical_grid_is_said_with_its_fix() {
+        let fat = |data_start_bytes, depth| Layer {
+            kind: crate::stack::Kind::Fat,
+            name: "vfat",
+            label: None,
+            depth,
+            offset_bytes: data_start_bytes,
+            absolute_offset_bytes: data_start_bytes,
+            size_bytes: None,
+            unit_bytes: Some(4096),
+            details: Details::Fat {
+                bits: 32,
+                sector_bytes: 512,
+                cluster_bytes: 4096,
+                data_start_bytes,
+            },
+            note: None,
+        };
+        let said = fat_data_warning(&[fat(549_888, 0)], 4096, "/dev/sdb1").unwrap();
+        assert!(said.contains("549888 bytes into the partition, 1024 bytes past"), "{said}");
+        assert!(said.contains("`mkfs.vfat -F 32 -s 8 /dev/sdb1`"), "{said}");
+        assert_eq!(fat_data_warning(&[fat(548_864, 0)], 4096, "x"), None);
+        assert_eq!(
+            fat_data_warning(&[fat(549_888, 1)], 4096, "x"),
+            None,
+            "not the partition's own"
+        );
+        assert_eq!(fat_data_warning(&[fat(549_888, 0)], 512, "x"), None);
     }
 
     #[test]

@@ -1,0 +1,311 @@
+//! `blkalign rescale`: rewrite an MBR or GPT for another logical sector
+//! size, every partition keeping its bytes. Dry run unless --yes; the
+//! sectors it overwrites are saved first, in the sidecar format
+//! `blkalign restore` reads.
+
+use super::partition::{kernel_parts, tell_kernel};
+use super::restore::{self, sha256_hex, Region, Sidecar};
+use super::{emit, emit_json, EXIT_OK, EXIT_PROBLEM};
+use anyhow::{bail, Context};
+use blkalign::device::{self, exclusive, SysRoot, Target, TargetKind};
+use blkalign::realign::guard;
+use blkalign::rescale::{self, ContentNote, Moved, Overlay, Rescaled};
+use blkalign::table::{self, ReadAt};
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::Write as _;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(clap::Args)]
+#[command(after_help = "Examples:
+  blkalign rescale disk.img --from 4096 --to 512       what would change
+  blkalign rescale disk.img --from 4096 --to 512 --yes
+  blkalign rescale /dev/sdb --from 4096 --yes          to the disk's own size
+  blkalign restore blkalign-backup-sdb-1763800000.bin  undo it
+
+Every partition keeps its byte range. Refused when a start or size is not
+whole sectors of the new size, when an MBR value passes 2^32 sectors, when
+a GPT's arrays would cover a partition, or (with --yes) when a file system
+or LUKS records a sector smaller than the new one.")]
+pub struct Args {
+    /// The whole disk or image file whose table to rewrite.
+    target: PathBuf,
+
+    /// The logical sector size the table was written for (bytes).
+    #[arg(long, value_name = "BYTES")]
+    from: u64,
+
+    /// The logical sector size to rewrite it for (bytes); for a disk,
+    /// by default its own.
+    #[arg(long, value_name = "BYTES")]
+    to: Option<u64>,
+
+    /// Write the table. Without it, only what would change is printed.
+    #[arg(long)]
+    yes: bool,
+
+    /// Print the plan as JSON.
+    #[arg(long)]
+    json: bool,
+
+    /// Where to save the sectors about to be overwritten
+    /// [default: ./blkalign-backup-NAME-UNIXTIME.bin].
+    #[arg(long, value_name = "FILE")]
+    backup: Option<PathBuf>,
+}
+
+pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
+    let target = device::resolve(&root, &args.target)?;
+    if let Some(n) = target.selected_partition {
+        bail!("{} is partition {n}; name the whole disk", target.path.display());
+    }
+    let file = device::open(&target)?;
+    let topology = device::topology(&root, &target, Some(&file), &Default::default())?;
+    let to = match (args.to, target.kind) {
+        (Some(to), _) => to,
+        (None, TargetKind::Disk) => topology.logical_sector_size.value,
+        (None, TargetKind::Image) => bail!("an image has no sector size to ask for: give --to"),
+    };
+    let path = target.path.display().to_string();
+    let size = topology.size_bytes;
+    let plan = rescale::plan(&file, size, args.from, to).with_context(|| path.clone())?;
+    if args.json {
+        print_json(&plan)?;
+    } else {
+        emit(&text(&path, &plan, size))?;
+    }
+    let blocking: Vec<&ContentNote> = plan.notes.iter().filter(|n| n.blocks).collect();
+    for note in &plan.notes {
+        eprintln!("warning: {path}: {}", note.message);
+    }
+    if !args.yes {
+        exclusive::check_unused(&root, &target)?;
+        if !blocking.is_empty() {
+            eprintln!("dry run: nothing written; --yes refuses while what is named above is there");
+            return Ok(EXIT_PROBLEM);
+        }
+        eprintln!("dry run: nothing written; add --yes to write this table");
+        return Ok(EXIT_OK);
+    }
+    if let Some(note) = blocking.first() {
+        bail!("{path}: refusing to rescale: {}", note.message);
+    }
+    exclusive::check_unused(&root, &target)?;
+    let file = exclusive::open_for_writing(&target)?;
+    // Planned again through the handle that writes: nothing may have
+    // changed in between, and this is what is checked and written.
+    let plan = rescale::plan(&file, size, args.from, to).with_context(|| path.clone())?;
+    let ss = match target.kind {
+        TargetKind::Disk => topology.logical_sector_size.value,
+        TargetKind::Image => to,
+    };
+    let identity = guard::identity(&root, &target, &topology);
+    let backup = save_backup(args.backup.as_deref(), &target, &file, &plan, ss, identity)?;
+    eprintln!(
+        "saved the sectors to be overwritten to {} (restore: blkalign restore {})",
+        backup.display(),
+        backup.display()
+    );
+    for c in &plan.chunks {
+        file.write_all_at(&c.bytes, c.offset).with_context(|| format!("writing {path}"))?;
+        file.sync_data().with_context(|| format!("flushing {path}"))?;
+    }
+    let after = table::read(&file, to, size).with_context(|| format!("re-reading {path}"))?;
+    if let Err(e) = rescale::same_bytes(&plan.old, &after) {
+        bail!(
+            "{path}: the table written does not read back as the same partitions ({e}); \
+             `blkalign restore {}` puts the old one back",
+            backup.display()
+        );
+    }
+    if target.kind == TargetKind::Disk && topology.logical_sector_size.value == to {
+        tell_kernel(&root, &target, &file, &kernel_parts(&after));
+    }
+    eprintln!("wrote the table for {to}-byte sectors to {path}; read back, every partition's bytes unchanged");
+    Ok(EXIT_OK)
+}
+
+fn text(path: &str, r: &Rescaled, size: u64) -> String {
+    let (from, to) = (r.from, r.to);
+    let label = format!("{:?}", r.old.label).to_uppercase();
+    let mut out = format!(
+        "{path}: {label} for {from}-byte sectors -> {to}-byte sectors ({size} bytes); \
+         byte ranges unchanged\n"
+    );
+    let rows: Vec<[String; 6]> = r
+        .moved
+        .iter()
+        .map(|m: &Moved| {
+            [
+                m.number.to_string(),
+                format!("{:?}", m.kind).to_lowercase(),
+                format!("{}+{}", m.old_start, m.old_size),
+                format!("{}+{}", m.new_start, m.new_size),
+                m.start_bytes.to_string(),
+                m.size_bytes.to_string(),
+            ]
+        })
+        .collect();
+    let head = [
+        "NR".to_string(),
+        "KIND".into(),
+        format!("START+SIZE@{from}"),
+        format!("START+SIZE@{to}"),
+        "BYTE START".into(),
+        "BYTES".into(),
+    ];
+    let widths: Vec<usize> = (0..6)
+        .map(|i| rows.iter().map(|r| r[i].len()).chain([head[i].len()]).max().unwrap_or(0))
+        .collect();
+    for row in std::iter::once(&head).chain(&rows) {
+        let cells: Vec<String> =
+            row.iter().zip(&widths).map(|(c, w)| format!("{c:>w$}", w = *w)).collect();
+        let _ = writeln!(out, "{}", cells.join("  "));
+    }
+    for (name, old, new) in &r.header_changes {
+        let _ = writeln!(out, "GPT {name}: {old} -> {new}");
+    }
+    if !r.header_changes.is_empty() {
+        let _ = writeln!(out, "GPT header and entry-array CRCs recomputed; protective MBR resized");
+    }
+    out
+}
+
+fn print_json(r: &Rescaled) -> anyhow::Result<()> {
+    #[derive(serde::Serialize)]
+    struct Change {
+        field: &'static str,
+        old: u64,
+        new: u64,
+    }
+    #[derive(serde::Serialize)]
+    struct Doc<'a> {
+        label: table::Label,
+        from: u64,
+        to: u64,
+        partitions: &'a [Moved],
+        gpt_header_changes: Vec<Change>,
+        contents: &'a [ContentNote],
+    }
+    let changes =
+        r.header_changes.iter().map(|&(field, old, new)| Change { field, old, new }).collect();
+    emit_json(&Doc {
+        label: r.old.label,
+        from: r.from,
+        to: r.to,
+        partitions: &r.moved,
+        gpt_header_changes: changes,
+        contents: &r.notes,
+    })
+}
+
+/// The byte spans the writes touch, widened to whole sectors of both sizes
+/// (so `restore` can put them back whichever size the disk then has) and
+/// merged where they meet.
+fn spans(r: &Rescaled) -> Vec<(u64, u64, String)> {
+    let unit = r.from.max(r.to);
+    let mut spans: Vec<(u64, u64, String)> = r
+        .chunks
+        .iter()
+        .filter_map(|c| {
+            let end = c.offset.checked_add(c.bytes.len() as u64)?;
+            let end = end.checked_next_multiple_of(unit)?;
+            Some((c.offset - c.offset % unit, end, c.what.to_string()))
+        })
+        .collect();
+    spans.sort_by_key(|s| s.0);
+    let mut merged: Vec<(u64, u64, String)> = Vec::new();
+    for (start, end, what) in spans {
+        match merged.last_mut() {
+            Some(last) if start <= last.1 => {
+                last.1 = last.1.max(end);
+                last.2 = format!("{} + {what}", last.2);
+            }
+            _ => merged.push((start, end, what)),
+        }
+    }
+    merged
+}
+
+/// The old bytes back to back and the JSON sidecar `restore` reads, both
+/// flushed with their directory before anything on the target changes.
+fn save_backup(
+    chosen: Option<&Path>,
+    target: &Target,
+    file: &File,
+    r: &Rescaled,
+    ss: u64,
+    identity: blkalign::realign::Identity,
+) -> anyhow::Result<PathBuf> {
+    let (path, mut out) = match chosen {
+        Some(p) => (p.to_path_buf(), create_new(p)?),
+        None => {
+            let name = target.name.clone().unwrap_or_else(|| {
+                target.path.file_name().map_or("disk".into(), |n| n.to_string_lossy().into_owned())
+            });
+            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            (0..100)
+                .map(|n| {
+                    let extra = if n == 0 { String::new() } else { format!(".{n}") };
+                    PathBuf::from(format!("blkalign-backup-{name}-{now}{extra}.bin"))
+                })
+                .find_map(|p| create_new(&p).ok().map(|f| (p, f)))
+                .context("cannot create a backup file in the current directory")?
+        }
+    };
+    let absolute = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let (shown, disk) = (absolute(&path), absolute(&target.path));
+    let after = Overlay { base: file, chunks: &r.chunks };
+    let mut data = Vec::new();
+    let mut regions = Vec::new();
+    for (start, end, what) in spans(r) {
+        let len = usize::try_from(end - start).context("backup region too large")?;
+        let mut old = vec![0u8; len];
+        FileExt::read_exact_at(file, &mut old, start)?;
+        let mut new = vec![0u8; len];
+        after.read_exact_at(&mut new, start)?;
+        let at = data.len() as u64;
+        regions.push(Region {
+            what: format!("rescale: {what}"),
+            offset: start,
+            length: len as u64,
+            backup_offset: at,
+            saved_sha256: Some(sha256_hex(&old)),
+            written_sha256: Some(sha256_hex(&new)),
+            restore: format!(
+                "dd if={} of={} bs={ss} skip={} seek={} count={} conv=notrunc",
+                shown.display(),
+                disk.display(),
+                at / ss,
+                start / ss,
+                len as u64 / ss
+            ),
+        });
+        data.extend_from_slice(&old);
+    }
+    let sidecar = Sidecar {
+        format: restore::FORMAT,
+        target: disk,
+        sector_size: ss,
+        size_bytes: identity.size_bytes,
+        identity: Some(identity),
+        regions,
+    };
+    let mut sidecar_path = path.as_os_str().to_owned();
+    sidecar_path.push(".json");
+    let mut json = create_new(Path::new(&sidecar_path))?;
+    for (f, bytes) in [(&mut out, data), (&mut json, serde_json::to_vec_pretty(&sidecar)?)] {
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+    }
+    exclusive::sync_parent(&path).context("flushing the backup's directory")?;
+    Ok(path)
+}
+
+fn create_new(path: &Path) -> anyhow::Result<File> {
+    let file = File::options().write(true).create_new(true).open(path);
+    file.with_context(|| format!("creating backup {}", path.display()))
+}
