@@ -1,22 +1,20 @@
 //! `blkalign partition`: write what `plan` prints. Dry run unless --yes;
 //! the sectors it overwrites are saved to a backup file first.
 
-use super::restore::{self, sha256_hex, Region, Sidecar};
+use super::restore::{self, sha256_hex, ToSave};
 use super::{plan as planning, EXIT_OK};
 use anyhow::{bail, Context};
 use blkalign::advise::{self, Holds};
 use blkalign::device::exclusive::{self, KernelPart};
 use blkalign::device::{self, SysRoot, Target, TargetKind};
 use blkalign::plan::{Plan, Planned, Role};
-use blkalign::realign::{guard, Identity};
+use blkalign::realign::guard;
 use blkalign::stack::Contents;
 use blkalign::table::write::{self, Chunk, Ids};
 use blkalign::table::{Layout, PartKind, Partition};
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 #[group(skip)]
@@ -86,12 +84,17 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     }
     let topology = device::topology(&root, &target, Some(&file), &args.plan.geometry.overrides())?;
     let identity = guard::identity(&root, &target, &topology);
-    let backup = save_backup(args.backup.as_deref(), &target, &plan, &chunks, &old, identity)?;
-    eprintln!(
-        "saved the sectors to be overwritten to {} (restore: blkalign restore {})",
-        backup.display(),
-        backup.display()
-    );
+    let regions = chunks
+        .iter()
+        .zip(old)
+        .map(|(c, old)| ToSave {
+            what: c.what.to_string(),
+            offset: c.offset,
+            old,
+            written_sha256: sha256_hex(&c.bytes),
+        })
+        .collect();
+    restore::save_backup(args.backup.as_deref(), &target, plan.sector_size, identity, regions)?;
     write_chunks(&file, &chunks).with_context(|| format!("writing {}", target.path.display()))?;
     if target.kind == TargetKind::Disk {
         tell_kernel(&root, &target, &file, &planned_kernel_parts(&plan));
@@ -188,91 +191,9 @@ fn existing_label(file: &File, plan: &Plan) -> String {
     }
 }
 
-/// ./blkalign-backup-NAME-UNIXTIME.bin, with .N added while taken.
-fn default_backup(target: &Target, attempt: u32) -> PathBuf {
-    let name = target
-        .name
-        .clone()
-        .or_else(|| target.path.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "disk".into());
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let extra = if attempt == 0 { String::new() } else { format!(".{attempt}") };
-    PathBuf::from(format!("blkalign-backup-{name}-{now}{extra}.bin"))
-}
-
-/// The old bytes, back to back, and a JSON sidecar naming their offsets;
-/// both flushed, with the directory holding them, before anything on the
-/// target changes. Never overwrites.
-fn save_backup(
-    chosen: Option<&Path>,
-    target: &Target,
-    plan: &Plan,
-    chunks: &[Chunk],
-    old: &[Vec<u8>],
-    identity: Identity,
-) -> anyhow::Result<PathBuf> {
-    let (path, mut file) = match chosen {
-        Some(path) => (path.to_path_buf(), create_new(path)?),
-        None => (0..100)
-            .map(|n| default_backup(target, n))
-            .find_map(|p| {
-                File::options().write(true).create_new(true).open(&p).ok().map(|f| (p, f))
-            })
-            .context("cannot create a backup file in the current directory")?,
-    };
-    // Absolute, so restore and the dd lines work from any directory.
-    let absolute = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let (shown, disk) = (absolute(&path), absolute(&target.path));
-    let ss = plan.sector_size;
-    let mut regions = Vec::new();
-    let mut data = Vec::new();
-    for (c, bytes) in chunks.iter().zip(old) {
-        regions.push(Region {
-            what: c.what.to_string(),
-            offset: c.offset,
-            length: bytes.len() as u64,
-            backup_offset: data.len() as u64,
-            saved_sha256: Some(sha256_hex(bytes)),
-            written_sha256: Some(sha256_hex(&c.bytes)),
-            restore: format!(
-                "dd if={} of={} bs={ss} skip={} seek={} count={} conv=notrunc",
-                shown.display(),
-                disk.display(),
-                data.len() as u64 / ss,
-                c.offset / ss,
-                bytes.len() as u64 / ss
-            ),
-        });
-        data.extend_from_slice(bytes);
-    }
-    let sidecar = Sidecar {
-        format: restore::FORMAT,
-        target: disk,
-        sector_size: ss,
-        size_bytes: identity.size_bytes,
-        identity: Some(identity),
-        regions,
-    };
-    let mut sidecar_path = path.as_os_str().to_owned();
-    sidecar_path.push(".json");
-    let mut json = create_new(Path::new(&sidecar_path))?;
-    for (f, bytes) in [(&mut file, data), (&mut json, serde_json::to_vec_pretty(&sidecar)?)] {
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-    }
-    // The sidecar sits beside the backup: one directory flush covers both.
-    exclusive::sync_parent(&path).context("flushing the backup's directory")?;
-    Ok(path)
-}
-
-fn create_new(path: &Path) -> anyhow::Result<File> {
-    let file = File::options().write(true).create_new(true).open(path);
-    file.with_context(|| format!("creating backup {}", path.display()))
-}
-
 /// In order, each flushed before the next: the encoder orders them so a
 /// crash leaves the old table or a repairable new one.
-fn write_chunks(file: &File, chunks: &[Chunk]) -> std::io::Result<()> {
+pub(super) fn write_chunks(file: &File, chunks: &[Chunk]) -> std::io::Result<()> {
     for c in chunks {
         file.write_all_at(&c.bytes, c.offset)?;
         file.sync_data()?;

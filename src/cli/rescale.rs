@@ -3,20 +3,18 @@
 //! sectors it overwrites are saved first, in the sidecar format
 //! `blkalign restore` reads.
 
-use super::partition::{kernel_parts, tell_kernel};
-use super::restore::{self, sha256_hex, Region, Sidecar};
+use super::partition::{kernel_parts, tell_kernel, write_chunks};
+use super::restore::{self, sha256_hex, ToSave};
 use super::{emit, emit_json, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
-use blkalign::device::{self, exclusive, SysRoot, Target, TargetKind};
+use blkalign::device::{self, exclusive, SysRoot, TargetKind};
 use blkalign::realign::guard;
 use blkalign::rescale::{self, ContentNote, Moved, Overlay, Rescaled};
 use blkalign::table::{self, ReadAt};
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::Write as _;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
@@ -103,16 +101,14 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         TargetKind::Image => to,
     };
     let identity = guard::identity(&root, &target, &topology);
-    let backup = save_backup(args.backup.as_deref(), &target, &file, &plan, ss, identity)?;
-    eprintln!(
-        "saved the sectors to be overwritten to {} (restore: blkalign restore {})",
-        backup.display(),
-        backup.display()
-    );
-    for c in &plan.chunks {
-        file.write_all_at(&c.bytes, c.offset).with_context(|| format!("writing {path}"))?;
-        file.sync_data().with_context(|| format!("flushing {path}"))?;
-    }
+    let backup = restore::save_backup(
+        args.backup.as_deref(),
+        &target,
+        ss,
+        identity,
+        to_save(&file, &plan)?,
+    )?;
+    write_chunks(&file, &plan.chunks).with_context(|| format!("writing {path}"))?;
     let after = table::read(&file, to, size).with_context(|| format!("re-reading {path}"))?;
     if let Err(e) = rescale::same_bytes(&plan.old, &after) {
         bail!(
@@ -230,82 +226,20 @@ fn spans(r: &Rescaled) -> Vec<(u64, u64, String)> {
     merged
 }
 
-/// The old bytes back to back and the JSON sidecar `restore` reads, both
-/// flushed with their directory before anything on the target changes.
-fn save_backup(
-    chosen: Option<&Path>,
-    target: &Target,
-    file: &File,
-    r: &Rescaled,
-    ss: u64,
-    identity: blkalign::realign::Identity,
-) -> anyhow::Result<PathBuf> {
-    let (path, mut out) = match chosen {
-        Some(p) => (p.to_path_buf(), create_new(p)?),
-        None => {
-            let name = target.name.clone().unwrap_or_else(|| {
-                target.path.file_name().map_or("disk".into(), |n| n.to_string_lossy().into_owned())
-            });
-            let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-            (0..100)
-                .map(|n| {
-                    let extra = if n == 0 { String::new() } else { format!(".{n}") };
-                    PathBuf::from(format!("blkalign-backup-{name}-{now}{extra}.bin"))
-                })
-                .find_map(|p| create_new(&p).ok().map(|f| (p, f)))
-                .context("cannot create a backup file in the current directory")?
-        }
-    };
-    let absolute = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let (shown, disk) = (absolute(&path), absolute(&target.path));
+/// What the writes overwrite, in `spans`, with the bytes there now and
+/// the hash of what will be there after.
+fn to_save(file: &File, r: &Rescaled) -> anyhow::Result<Vec<ToSave>> {
     let after = Overlay { base: file, chunks: &r.chunks };
-    let mut data = Vec::new();
-    let mut regions = Vec::new();
-    for (start, end, what) in spans(r) {
-        let len = usize::try_from(end - start).context("backup region too large")?;
-        let mut old = vec![0u8; len];
-        FileExt::read_exact_at(file, &mut old, start)?;
-        let mut new = vec![0u8; len];
-        after.read_exact_at(&mut new, start)?;
-        let at = data.len() as u64;
-        regions.push(Region {
-            what: format!("rescale: {what}"),
-            offset: start,
-            length: len as u64,
-            backup_offset: at,
-            saved_sha256: Some(sha256_hex(&old)),
-            written_sha256: Some(sha256_hex(&new)),
-            restore: format!(
-                "dd if={} of={} bs={ss} skip={} seek={} count={} conv=notrunc",
-                shown.display(),
-                disk.display(),
-                at / ss,
-                start / ss,
-                len as u64 / ss
-            ),
-        });
-        data.extend_from_slice(&old);
-    }
-    let sidecar = Sidecar {
-        format: restore::FORMAT,
-        target: disk,
-        sector_size: ss,
-        size_bytes: identity.size_bytes,
-        identity: Some(identity),
-        regions,
-    };
-    let mut sidecar_path = path.as_os_str().to_owned();
-    sidecar_path.push(".json");
-    let mut json = create_new(Path::new(&sidecar_path))?;
-    for (f, bytes) in [(&mut out, data), (&mut json, serde_json::to_vec_pretty(&sidecar)?)] {
-        f.write_all(&bytes)?;
-        f.sync_all()?;
-    }
-    exclusive::sync_parent(&path).context("flushing the backup's directory")?;
-    Ok(path)
-}
-
-fn create_new(path: &Path) -> anyhow::Result<File> {
-    let file = File::options().write(true).create_new(true).open(path);
-    file.with_context(|| format!("creating backup {}", path.display()))
+    spans(r)
+        .into_iter()
+        .map(|(start, end, what)| {
+            let len = usize::try_from(end - start).context("backup region too large")?;
+            let mut old = vec![0u8; len];
+            FileExt::read_exact_at(file, &mut old, start)?;
+            let mut new = vec![0u8; len];
+            after.read_exact_at(&mut new, start)?;
+            let what = format!("rescale: {what}");
+            Ok(ToSave { what, offset: start, old, written_sha256: sha256_hex(&new) })
+        })
+        .collect()
 }

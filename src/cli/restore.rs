@@ -10,8 +10,10 @@ use blkalign::realign::{guard, Identity};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::File;
+use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 #[derive(clap::Args)]
 #[command(after_help = "Examples:
@@ -75,6 +77,101 @@ pub struct Region {
     /// SHA-256 of what `partition` wrote there, to catch a disk changed since.
     #[serde(default)]
     pub written_sha256: Option<String>,
+}
+
+/// A region a writer is about to overwrite: the bytes there now, and the
+/// SHA-256 of what it will write.
+pub struct ToSave {
+    pub what: String,
+    pub offset: u64,
+    pub old: Vec<u8>,
+    pub written_sha256: String,
+}
+
+/// Save `regions` of `target` (sector size `ss`): the old bytes back to
+/// back and a JSON sidecar naming their offsets, both flushed with the
+/// directory holding them, before anything on the target changes. Never
+/// overwrites; by default ./blkalign-backup-NAME-UNIXTIME.bin, with .N
+/// added while taken. Says where it went and how to undo.
+pub fn save_backup(
+    chosen: Option<&Path>,
+    target: &Target,
+    ss: u64,
+    identity: Identity,
+    regions: Vec<ToSave>,
+) -> anyhow::Result<PathBuf> {
+    let (path, mut file) = match chosen {
+        Some(path) => (path.to_path_buf(), create_new(path)?),
+        None => (0..100)
+            .map(|n| default_backup(target, n))
+            .find_map(|p| create_new(&p).ok().map(|f| (p, f)))
+            .context("cannot create a backup file in the current directory")?,
+    };
+    // Absolute, so restore and the dd lines work from any directory.
+    let absolute = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let (shown, disk) = (absolute(&path), absolute(&target.path));
+    let mut saved = Vec::new();
+    let mut data = Vec::new();
+    for r in regions {
+        let at = data.len() as u64;
+        let length = r.old.len() as u64;
+        saved.push(Region {
+            what: r.what,
+            offset: r.offset,
+            length,
+            backup_offset: at,
+            saved_sha256: Some(sha256_hex(&r.old)),
+            written_sha256: Some(r.written_sha256),
+            restore: format!(
+                "dd if={} of={} bs={ss} skip={} seek={} count={} conv=notrunc",
+                shown.display(),
+                disk.display(),
+                at / ss,
+                r.offset / ss,
+                length / ss
+            ),
+        });
+        data.extend_from_slice(&r.old);
+    }
+    let sidecar = Sidecar {
+        format: FORMAT,
+        target: disk,
+        sector_size: ss,
+        size_bytes: identity.size_bytes,
+        identity: Some(identity),
+        regions: saved,
+    };
+    let mut sidecar_path = path.as_os_str().to_owned();
+    sidecar_path.push(".json");
+    let mut json = create_new(Path::new(&sidecar_path))?;
+    for (f, bytes) in [(&mut file, data), (&mut json, serde_json::to_vec_pretty(&sidecar)?)] {
+        f.write_all(&bytes)?;
+        f.sync_all()?;
+    }
+    // The sidecar sits beside the backup: one directory flush covers both.
+    exclusive::sync_parent(&path).context("flushing the backup's directory")?;
+    eprintln!(
+        "saved the sectors to be overwritten to {} (restore: blkalign restore {})",
+        path.display(),
+        path.display()
+    );
+    Ok(path)
+}
+
+fn default_backup(target: &Target, attempt: u32) -> PathBuf {
+    let name = target
+        .name
+        .clone()
+        .or_else(|| target.path.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "disk".into());
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let extra = if attempt == 0 { String::new() } else { format!(".{attempt}") };
+    PathBuf::from(format!("blkalign-backup-{name}-{now}{extra}.bin"))
+}
+
+fn create_new(path: &Path) -> anyhow::Result<File> {
+    let file = File::options().write(true).create_new(true).open(path);
+    file.with_context(|| format!("creating backup {}", path.display()))
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
