@@ -321,25 +321,17 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     if let (true, TargetKind::Disk, Ok(file)) = (opts.probe, target.kind, &file) {
         apply_probe(&mut topology, root, file, &target.path);
     }
-    // An image's physical sector is a guess, not a kernel's word: trusting
-    // it would judge at 512. One given on the command line is trusted.
-    let trust_kernel = opts.trust_kernel
-        && (target.kind == TargetKind::Disk
-            || topology.physical_sector_size.source == Source::Override);
-    if opts.trust_kernel && !trust_kernel {
+    if opts.trust_kernel
+        && target.kind == TargetKind::Image
+        && topology.physical_sector_size.source == Source::Assumed
+    {
         topology.notes.push(
             "--trust-kernel: an image has no kernel values to trust; judged as without it \
              (--physical-sector-size says what the drive it is for has)"
                 .into(),
         );
     }
-    let geometry = Geometry::new(
-        topology.logical_sector_size.value,
-        topology.physical_sector_size.value,
-        topology.alignment_offset.value,
-        topology.optimal_io_size.map(|s| s.value),
-        trust_kernel,
-    );
+    let geometry = topology.geometry(opts.trust_kernel);
     let logical = topology.logical_sector_size.value;
     if let (Some(name), TargetKind::Disk) = (&target.name, target.kind) {
         audit.stack = follow_slaves(root, name, opts.trust_kernel);

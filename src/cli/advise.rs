@@ -70,13 +70,7 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let logical = topology.logical_sector_size.value;
     let layout = layout::read(&file, logical, topology.size_bytes)
         .with_context(|| format!("reading the table of {}", target.path.display()))?;
-    let geometry = Geometry::new(
-        logical,
-        topology.physical_sector_size.value,
-        topology.alignment_offset.value,
-        topology.optimal_io_size.map(|s| s.value),
-        args.geometry.trust_kernel,
-    );
+    let geometry = topology.geometry(args.geometry.trust_kernel);
     let io = IoSizes {
         physical: geometry.physical,
         minimum_io: topology.minimum_io_size.map(|s| s.value),

@@ -4,7 +4,6 @@
 use super::output::OutputArgs;
 use super::EXIT_OK;
 use anyhow::{bail, Context};
-use blkalign::align::Geometry;
 use blkalign::device::{self, SysRoot, Target, TargetKind, Topology};
 use blkalign::plan::{self, Align, Disk, Label, Plan, Planned, Role, Script};
 use blkalign::report::table::{self, Column, Kind, Units};
@@ -256,14 +255,7 @@ fn refuse_other_logical_size(
 
 /// The planner's view: the effective physical sector, as audit judges it.
 fn disk_of(t: &Topology, trust_kernel: bool) -> Disk {
-    let optimal_io = t.optimal_io_size.map(|s| s.value);
-    let g = Geometry::new(
-        t.logical_sector_size.value,
-        t.physical_sector_size.value,
-        t.alignment_offset.value,
-        optimal_io,
-        trust_kernel,
-    );
+    let g = t.geometry(trust_kernel);
     Disk {
         size_bytes: t.size_bytes,
         logical: g.logical,

@@ -78,7 +78,7 @@ pub struct Args {
     /// Delete the journals of finished moves (about 32 MiB each): TARGET's,
     /// and those under /var/lib/blkalign/journals/. Lists them unless --yes;
     /// a journal of an unfinished move is never deleted.
-    #[arg(long, conflicts_with_all = ["status", "to", "partitions"])]
+    #[arg(long, conflicts_with_all = ["status", "to", "partitions", "json"])]
     clean: bool,
 
     #[command(flatten)]
@@ -161,13 +161,7 @@ impl Disk {
         let reader = device::open(&target)?;
         let overrides = args.geometry.overrides();
         let topology = device::topology(&root, &target, Some(&reader), &overrides)?;
-        let geometry = Geometry::new(
-            topology.logical_sector_size.value,
-            topology.physical_sector_size.value,
-            topology.alignment_offset.value,
-            topology.optimal_io_size.map(|s| s.value),
-            args.geometry.trust_kernel,
-        );
+        let geometry = topology.geometry(args.geometry.trust_kernel);
         let identity = guard::identity(&root, &target, &topology);
         Ok(Disk { root, target, topology, geometry, identity, reader })
     }

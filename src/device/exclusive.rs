@@ -6,7 +6,9 @@ use super::sysfs::{partition_dirs, read_number, read_text, SysRoot};
 use super::{Target, TargetKind};
 use rustix::fs::{major, minor, Mode, OFlags};
 use rustix::io::Errno;
+use std::ffi::OsString;
 use std::fs::{self, File, Metadata};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -206,6 +208,47 @@ fn nodes_of_dir(dir: &Path) -> Vec<Node> {
 /// it (mounted, held, claimed), in words; None when nobody does.
 pub(crate) fn user_of_dir(root: &SysRoot, dir: &Path) -> Option<String> {
     first_user(root, &nodes_of_dir(dir))
+}
+
+/// `path` with its parent canonicalized: the path the kernel shows for it.
+/// `path` itself is not resolved, since a FUSE mount whose daemon died
+/// cannot be looked up.
+pub(crate) fn canonical(path: &Path) -> PathBuf {
+    let parent = path.parent().and_then(|p| fs::canonicalize(p).ok());
+    match (parent, path.file_name()) {
+        (Some(parent), Some(name)) => parent.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Whether `dir` is a mount point: /proc/self/mountinfo's fifth field,
+/// with the kernel's octal escapes (`\040` for a space) decoded, against
+/// the canonical path.
+pub(crate) fn is_mount_point(dir: &Path) -> bool {
+    let dir = canonical(dir);
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    mountinfo.lines().filter_map(|line| line.split(' ').nth(4)).any(|point| unescape(point) == dir)
+}
+
+/// Undoes the `\ooo` escapes the kernel writes into mount tables.
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d[0] <= b'3');
+        match octal.filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b))) {
+            Some(d) => {
+                out.push(d.iter().fold(0, |n, b| n * 8 + (b - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsString::from_vec(out))
 }
 
 /// The mount point of device `dev` ("8:1") in a mountinfo text, whose third
@@ -426,6 +469,13 @@ mod tests {
 
     const MOUNTINFO: &str = "22 1 8:2 / / rw,relatime shared:1 - ext4 /dev/sda2 rw\n\
                              30 22 0:5 / /dev rw - devtmpfs udev rw\n";
+
+    #[test]
+    fn mount_table_escapes() {
+        assert_eq!(unescape(r"/run/a\040b\011c\134d"), Path::new("/run/a b\tc\\d"));
+        assert_eq!(unescape(r"/plain\04"), Path::new(r"/plain\04"));
+        assert_eq!(unescape(r"\999"), Path::new(r"\999"));
+    }
 
     #[test]
     fn mountinfo_by_device_number() {

@@ -89,6 +89,21 @@ pub struct Topology {
     pub notes: Vec<String>,
 }
 
+impl Topology {
+    /// What verdicts are judged against. `trust_kernel` believes a reported
+    /// physical sector under 4096; one nobody reported (an image's, a disk
+    /// without sysfs) is not believed: trusting it would judge at 512.
+    pub fn geometry(&self, trust_kernel: bool) -> crate::align::Geometry {
+        crate::align::Geometry::new(
+            self.logical_sector_size.value,
+            self.physical_sector_size.value,
+            self.alignment_offset.value,
+            self.optimal_io_size.map(|s| s.value),
+            trust_kernel && self.physical_sector_size.source != Source::Assumed,
+        )
+    }
+}
+
 /// Whether a target is a kernel block device or a regular file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]

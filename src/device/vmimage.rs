@@ -208,16 +208,10 @@ impl Drop for Export {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        if is_mounted(&self.file) {
+        if super::exclusive::is_mount_point(&self.file) {
             let _ = Command::new("fusermount3").arg("-u").arg("-z").arg(&self.file).status();
         }
     }
-}
-
-fn is_mounted(path: &Path) -> bool {
-    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
-    let path = path.to_string_lossy();
-    text.lines().any(|l| l.split(' ').nth(4) == Some(path.as_ref()))
 }
 
 #[cfg(test)]

@@ -6,13 +6,12 @@
 
 use super::state::{self, Drive};
 use super::{EmulateError, LbaRange, Spec, DEFAULT_SIZE};
-use crate::device::exclusive::user_of_dir;
+use crate::device::exclusive::{canonical, is_mount_point, user_of_dir};
 use crate::device::sysfs::read_text;
 use crate::device::SysRoot;
 use rustix::process::{kill_process, Pid, Signal};
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -482,17 +481,6 @@ fn loop_backing(drive: &Drive) -> PathBuf {
     canonical(&drive.mount_dir()).join("disk")
 }
 
-/// `path` with its parent canonicalized: the path the kernel shows for it.
-/// `path` itself is not resolved, since a FUSE mount whose daemon died
-/// cannot be looked up.
-fn canonical(path: &Path) -> PathBuf {
-    let parent = path.parent().and_then(|p| fs::canonicalize(p).ok());
-    match (parent, path.file_name()) {
-        (Some(parent), Some(name)) => parent.join(name),
-        _ => path.to_path_buf(),
-    }
-}
-
 /// True when nbdkit runs and the loop device still serves the drive.
 pub fn healthy(drive: &Drive) -> bool {
     drive.nbdkit_pid.is_some_and(|pid| is_running(pid, "nbdkit"))
@@ -530,43 +518,13 @@ fn detach(device: &Path, file: &Path) -> Result<(), EmulateError> {
 /// Unmounts nbdfuse's mount point; lazily if it is still busy, so nothing
 /// stays mounted.
 fn unmount(dir: &Path) -> Result<(), EmulateError> {
-    if !is_mounted(dir) {
+    if !is_mount_point(dir) {
         return Ok(());
     }
     if run("fusermount3", &[Path::new("-u"), dir]).is_err() {
         run("umount", &[Path::new("-l"), dir])?;
     }
     Ok(())
-}
-
-/// Whether `dir` is a mount point: /proc/self/mountinfo's fifth field,
-/// with the kernel's octal escapes (`\040` for a space) decoded, against
-/// the canonical path.
-fn is_mounted(dir: &Path) -> bool {
-    let dir = canonical(dir);
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    mountinfo.lines().filter_map(|line| line.split(' ').nth(4)).any(|point| unescape(point) == dir)
-}
-
-/// Undoes the `\ooo` escapes the kernel writes into mount tables.
-fn unescape(field: &str) -> PathBuf {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d[0] <= b'3');
-        match octal.filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b))) {
-            Some(d) => {
-                out.push(d.iter().fold(0, |n, b| n * 8 + (b - b'0')));
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(OsString::from_vec(out))
 }
 
 /// Waits for a process to exit after `signal` (and SIGKILL if it lingers).
@@ -712,13 +670,6 @@ mod tests {
             fail_lba: None,
         };
         assert!(drive_size(&spec).unwrap_err().to_string().contains("too large"));
-    }
-
-    #[test]
-    fn mount_table_escapes() {
-        assert_eq!(unescape(r"/run/a\040b\011c\134d"), Path::new("/run/a b\tc\\d"));
-        assert_eq!(unescape(r"/plain\04"), Path::new(r"/plain\04"));
-        assert_eq!(unescape(r"\999"), Path::new(r"\999"));
     }
 
     #[test]
