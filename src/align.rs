@@ -2,6 +2,26 @@
 //! shared by audit, plan and repair. Every position is measured in bytes
 //! from LBA 0 and is aligned to a grain when it sits a whole number of
 //! grains past the device's alignment offset.
+//!
+//! # Glossary
+//!
+//! - **Logical sector**: the unit of addressing a disk presents (512 or
+//!   4096 bytes); an LBA counts logical sectors.
+//! - **Physical sector**: the unit the medium reads and writes whole (4096
+//!   on Advanced Format drives, even "512e" ones that present 512-byte
+//!   logical sectors). A write covering part of one costs a
+//!   read-modify-write of all of it.
+//! - **Alignment offset**: the byte at which the first whole physical
+//!   sector starts, 0 on most drives; 3584 (LBA 7) on a drive with the
+//!   "Windows XP jumper" or a shifted USB bridge, so that LBA 63 is aligned.
+//! - **Grain**: the boundary a start should sit on: the physical sector
+//!   for correctness, the optimal I/O size or 1 MiB for convention.
+//! - **Optimal I/O size**: the unit a device prefers for large I/O (a RAID
+//!   stripe, an SSD's erase block hint); 0 or absent when it states none.
+//! - **Minimum I/O size**: the smallest unit that avoids read-modify-write:
+//!   usually the physical sector, a RAID chunk for striped devices.
+//! - **Misaligned / suboptimal / aligned** ([`Class`]): off the physical
+//!   grain; on it but off the optimal or 1 MiB grain; on both.
 
 use serde::Serialize;
 

@@ -2,12 +2,13 @@
 
 use crate::align::{Class, Geometry, Verdict};
 use crate::device::libvirt::DomainDisk;
-use crate::device::vmimage::{Export, Format};
+use crate::device::vmimage::{Access, Export, Format};
 use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology};
+use crate::io::ReadAt;
 use crate::probe;
 use crate::realign;
 use crate::stack::{self, Contents, Layer, LayerVerdict};
-use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem, ReadAt, Severity};
+use crate::table::{self, GptInfo, Label, MbrInfo, PartKind, Partition, Problem, Severity};
 use serde::Serialize;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -99,6 +100,9 @@ pub struct PartitionAudit {
     /// The stacked devices the kernel has open above it (md, device-mapper,
     /// and what sits on those), each where its bytes land on this disk.
     pub holders: Vec<OriginAudit>,
+    /// Where the kernel has it mounted ("[SWAP]" for swap), as lsblk's
+    /// MOUNTPOINTS; empty for images and sysfs fixtures.
+    pub mountpoints: Vec<String>,
 }
 
 impl PartitionAudit {
@@ -281,7 +285,8 @@ fn audit_vm_image(
     opts: &Options,
     share: bool,
 ) -> DiskAudit {
-    let export = match Export::start(path, format, share) {
+    let access = if share { Access::ReadShared } else { Access::Read };
+    let export = match Export::start(path, format, access) {
         Ok(export) => export,
         Err(err) => return DiskAudit::failed(path, err.to_string()),
     };
@@ -311,13 +316,14 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     audit.name = target.name.clone();
     audit.kind = Some(target.kind);
     let file = device::open(target);
-    let mut topology = match device::topology(root, target, file.as_ref().ok(), &opts.overrides) {
-        Ok(t) => t,
-        Err(err) => {
-            audit.error = Some(err.to_string());
-            return audit;
-        }
-    };
+    let mut topology =
+        match crate::open::topology(root, target, file.as_ref().ok(), &opts.overrides) {
+            Ok(t) => t,
+            Err(err) => {
+                audit.error = Some(err.to_string());
+                return audit;
+            }
+        };
     if let (true, TargetKind::Disk, Ok(file)) = (opts.probe, target.kind, &file) {
         apply_probe(&mut topology, root, file, &target.path);
     }
@@ -429,8 +435,10 @@ fn check_unfinished_move(
     topology: &Topology,
     file: &File,
 ) {
-    let id = realign::guard::identity(root, target, topology);
-    let Some((record, journal)) = realign::state::unfinished_on(file, &id) else { return };
+    let id = device::identity(root, target, topology);
+    let Some((record, journal)) = realign::state::Store::default().unfinished_on(file, &id) else {
+        return;
+    };
     let m = &journal.record;
     let message = format!(
         "partition {} is being moved from LBA {} to {} and the move is unfinished (journal {}): \
@@ -557,6 +565,7 @@ fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, sele
             selected,
             layers: Vec::new(),
             holders: Vec::new(),
+            mountpoints: Vec::new(),
         });
     }
     if let Some(n) = selected.filter(|n| !audit.partitions.iter().any(|p| p.partition.number == *n))
@@ -631,9 +640,14 @@ fn follow_slaves(root: &SysRoot, name: &str, trust_kernel: bool) -> Vec<OriginAu
 fn follow_holders(audit: &mut DiskAudit, root: &SysRoot, target: &Target, trust_kernel: bool) {
     let Some(name) = &target.name else { return };
     let judge = |o| judge_origin(root, o, trust_kernel);
+    // A fixture's device numbers would be looked up among the host's mounts.
+    let real = *root == SysRoot::real();
     for p in audit.partitions.iter_mut().filter(|p| p.holds_data()) {
         let found = device::held(root, name, Some(p.partition.number));
         p.holders = found.into_iter().map(judge).collect();
+        if real {
+            p.mountpoints = device::exclusive::mountpoints(root, name, p.partition.number);
+        }
     }
     audit.holders = device::held(root, name, None).into_iter().map(judge).collect();
 }

@@ -8,9 +8,12 @@
 pub mod advise;
 pub mod align;
 pub mod audit;
+pub mod backup;
 pub mod bench;
 pub mod device;
 pub mod emulate;
+pub mod io;
+pub mod open;
 pub mod plan;
 pub mod probe;
 pub mod realign;

@@ -6,10 +6,11 @@
 //! memory at `to`: only a table whose partitions cover the same bytes is
 //! returned.
 
+use crate::io::ReadAt;
 use crate::stack::{self, Details};
 use crate::table::edit::{self, EditError};
 use crate::table::write::{self, Chunk, GptBytes, MbrBytes, TableBytes};
-use crate::table::{self, mbr, Label, Layout, PartKind, ReadAt, Severity, TableError};
+use crate::table::{self, gpt, mbr, Label, Layout, PartKind, Severity, TableError};
 use std::io;
 
 #[derive(Debug, thiserror::Error)]
@@ -231,16 +232,15 @@ fn rescale_gpt(
     }
     let mut entries = g.entries.clone();
     let size = usize::try_from(g.entry_size).map_err(|_| small())?;
-    if size < 48 {
+    if size < gpt::ENTRY_SIZE as usize {
         return Err(refused(format!("GPT entries of {size} bytes")));
     }
-    for (slot, entry) in entries.chunks_exact_mut(size).enumerate() {
-        if entry[..16].iter().all(|&b| b == 0) {
+    for (slot, raw) in entries.chunks_exact_mut(size).enumerate() {
+        let Some(mut entry) = gpt::Entry::parse(raw).filter(gpt::Entry::is_used) else {
             continue; // unused: Linux ignores its LBAs
-        }
+        };
         let n = slot.saturating_add(1);
-        let first = table::le_u64(entry, 32).unwrap_or(0);
-        let last = table::le_u64(entry, 40).unwrap_or(0);
+        let (first, last) = (entry.first_lba, entry.last_lba);
         let start_bytes = first.saturating_mul(from);
         let new_first = scale(first, from, to).ok_or_else(|| {
             refused(format!(
@@ -272,15 +272,17 @@ fn rescale_gpt(
                 backup_entries_lba.saturating_mul(to)
             )));
         }
-        entry[32..40].copy_from_slice(&new_first.to_le_bytes());
-        entry[40..48].copy_from_slice(&new_last.to_le_bytes());
+        (entry.first_lba, entry.last_lba) = (new_first, new_last);
+        let encoded = entry.encode();
+        raw[..encoded.len()].copy_from_slice(&encoded);
     }
     // The protective MBR keeps boot code, signature and flags; bytes past
     // 512 (the old header and array, going up) are zeroed.
     let mut pmbr = vec![0u8; usize::try_from(to).map_err(|_| small())?];
     let keep = g.mbr.get(..512).ok_or_else(|| refused("short protective MBR"))?;
     pmbr[..512].copy_from_slice(keep);
-    let guard = (0..4).find(|&slot| pmbr[mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE + 4] == 0xEE);
+    let guard =
+        (0..4).find(|&slot| mbr::entry_at(&pmbr, slot).is_some_and(|e| e.kind == mbr::TYPE_GPT));
     if let Some(slot) = guard {
         let covered = u32::try_from(last_lba).unwrap_or(u32::MAX);
         write::mbr_entry(&mut pmbr, slot, mbr::TYPE_GPT, 1, covered, 1);
@@ -329,7 +331,7 @@ fn rescale_mbr(
     };
     let mut boot = sector(0)?;
     let extended_starts: Vec<u64> = (0..4)
-        .filter_map(|slot| mbr::Entry::parse(m.mbr.get(entry_at(slot)..)?))
+        .filter_map(|slot| mbr::entry_at(&m.mbr, slot))
         .filter(|e| e.is_extended() && !e.is_empty())
         .map(|e| u64::from(e.start_lba))
         .collect();
@@ -365,10 +367,6 @@ enum Record {
     },
 }
 
-fn entry_at(slot: usize) -> usize {
-    mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE
-}
-
 /// The number of the logical partition whose EBR is at `lba`.
 fn logical_of(old: &Layout, lba: u64) -> Option<u32> {
     old.partitions
@@ -387,7 +385,7 @@ fn rescale_record(
     to: u64,
 ) -> Result<(), RescaleError> {
     for slot in 0..4 {
-        let Some(e) = old_sector.get(entry_at(slot)..).and_then(mbr::Entry::parse) else {
+        let Some(e) = mbr::entry_at(old_sector, slot) else {
             continue;
         };
         if e.is_empty() {

@@ -48,14 +48,40 @@ fn fraction_of(digits: &str, multiplier: u64) -> Option<u64> {
     u64::try_from(value * u128::from(multiplier) / scale).ok()
 }
 
+/// Text that is not a size.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("{0:?} is not a size: {SIZE_SYNTAX}")]
+pub struct NotASize(pub String);
+
 /// A clap value parser for byte sizes, with the accepted syntax in its error.
-pub fn size_arg(text: &str) -> Result<u64, String> {
-    parse_bytes(text).ok_or_else(|| format!("{text:?} is not a size: {SIZE_SYNTAX}"))
+pub fn size_arg(text: &str) -> Result<u64, NotASize> {
+    parse_bytes(text).ok_or_else(|| NotASize(text.to_string()))
 }
 
 /// A sector size: a power of two from 512 to `max`.
 pub fn is_sector_size(size: u64, max: u64) -> bool {
     size.is_power_of_two() && (512..=max).contains(&size)
+}
+
+/// Bytes as lowercase hexadecimal text (checksums, journal records).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Bytes in binary units, as lsblk prints them ("1.8T" becomes "1.8 TiB").
+pub fn human_size(bytes: u64) -> String {
+    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 #[cfg(test)]

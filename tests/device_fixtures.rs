@@ -1,9 +1,10 @@
 //! The device layer over the sysfs fixture trees in tests/fixtures/sysfs.
 
 use blkalign::device::{
-    kernel_partitions, list_disks, resolve, topology, validate_overrides, DeviceError,
-    KernelPartition, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology,
+    kernel_partitions, list_disks, resolve, validate_overrides, DeviceError, KernelPartition,
+    Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology,
 };
+use blkalign::open::topology;
 use std::fs;
 use std::path::{Path, PathBuf};
 

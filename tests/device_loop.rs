@@ -2,7 +2,8 @@
 
 mod common;
 
-use blkalign::device::{open, resolve, topology, Overrides, Source, Sourced, SysRoot, TargetKind};
+use blkalign::device::{open, resolve, Overrides, Source, Sourced, SysRoot, TargetKind};
+use blkalign::open::topology;
 use common::{Image, Loop};
 
 const MIB: u64 = 1024 * 1024;

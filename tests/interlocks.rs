@@ -326,3 +326,30 @@ fn advise_offers_mkfs_only_for_empty_partitions() {
     assert!(!text.contains(&format!("DESTROYS DATA on {p1}")), "{text}");
     assert!(!text.contains("mkfs.ext4 -b 4096 ${dev}p1"), "{text}");
 }
+
+/// `audit` says where a partition is mounted as lsblk's MOUNTPOINTS does,
+/// in the table (`-o +MOUNTPOINTS`) and the JSON, escapes undone.
+#[test]
+fn audit_shows_mount_points_as_lsblk_does() {
+    if !needs(true, &["losetup", "sfdisk", "partx", "mkfs.ext4", "mount", "umount", "lsblk"]) {
+        return;
+    }
+    let image = old_fdisk_image();
+    let disk = Loop::attach(&image.path, 512);
+    disk.add_partitions(1);
+    let part = format!("{}p1", disk.str());
+    let mount = Mount::new(&part, &["-o", "ro"]);
+    let lsblk = run("lsblk", &["-rno", "MOUNTPOINTS", &part]);
+    let lsblk = String::from_utf8_lossy(&lsblk.stdout).trim().replace("\\x20", " ");
+    assert_eq!(Path::new(&lsblk), mount.dir, "lsblk disagrees with mount");
+    let out = blkalign().args(["audit", disk.str(), "--json"]).output().expect("run blkalign");
+    let doc = json_of(&out.stdout);
+    let points = &doc["targets"][0]["partitions"][0]["mountpoints"];
+    assert_eq!(points, &serde_json::json!([lsblk]), "{doc}");
+    let out = blkalign()
+        .args(["audit", disk.str(), "-o", "NAME,MOUNTPOINTS", "-r", "-n"])
+        .output()
+        .expect("run blkalign");
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.lines().any(|l| l.ends_with(&lsblk)), "{table}");
+}

@@ -839,7 +839,7 @@ struct Flipped<'a> {
     flips: &'a [(u64, u8)],
 }
 
-impl blkalign::table::ReadAt for Flipped<'_> {
+impl blkalign::io::ReadAt for Flipped<'_> {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         FileExt::read_exact_at(self.file, buf, offset)?;
         for &(at, x) in self.flips {
@@ -1095,7 +1095,7 @@ fn shrink_advice_for_an_image_runs_as_printed() {
     let contents = blkalign::stack::identify(&file, 2048 * 512, 20 * MIB).expect("read");
     let node = blkalign::advise::Node::Image { image: image.path.clone(), number: 1 };
     let missing = 4 * MIB;
-    let command = blkalign::stack::shrink_node(contents.as_ref(), &node, 20 * MIB, missing);
+    let command = blkalign::advise::shrink_node(contents.as_ref(), &node, 20 * MIB, missing);
     assert!(command.starts_with("dev=$(losetup -fP --show "), "{command}");
     sh(&command);
     let shrunk = blkalign::stack::identify(&file, 2048 * 512, 20 * MIB).expect("read");

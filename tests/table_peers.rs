@@ -95,6 +95,6 @@ fn grown_image_is_flagged() {
     assert_eq!(codes, ["gpt_backup_not_at_end"]);
     assert_eq!(
         table::detect_sector_size(&File::open(&image.path).expect("open"), 32 * MIB),
-        table::SectorGuess::Known(512, None)
+        blkalign::device::SectorGuess::Known(512, None)
     );
 }

@@ -3,7 +3,8 @@
 //! its new start.
 #![no_main]
 
-use blkalign::plan::{self, Align, Disk, Label, Size};
+use blkalign::align::Geometry;
+use blkalign::plan::{self, Align, Label, Size};
 use blkalign_fuzz::roundtrip;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -21,20 +22,21 @@ const TYPES: [&str; 10] = [
     "0FC63DAF-8483-4772-8E79-3D69D8477DE4",
 ];
 
-fn disk(u: &mut Unstructured) -> Result<Disk> {
+fn disk(u: &mut Unstructured) -> Result<(Geometry, u64)> {
     let logical = 512u64 << u.int_in_range(0..=3)?;
     let size_bytes = match u.int_in_range(0..=3)? {
         0 => u.arbitrary()?,
         1 => u64::from(u.arbitrary::<u32>()?) * logical,
         _ => (1u64 << u.int_in_range(20..=44)?) + u64::from(u.arbitrary::<u16>()?) * logical,
     };
-    Ok(Disk {
-        size_bytes,
+    let geometry = Geometry {
         logical,
         physical: logical << u.int_in_range(0..=4)?,
+        physical_assumed: false,
         alignment_offset: if u.ratio(1, 4)? { u64::from(u.arbitrary::<u16>()?) } else { 0 },
         optimal_io: if u.ratio(1, 3)? { Some(u64::from(u.arbitrary::<u32>()?)) } else { None },
-    })
+    };
+    Ok((geometry, size_bytes))
 }
 
 fn size(u: &mut Unstructured, logical: u64) -> Result<Size> {
@@ -56,7 +58,7 @@ fn request(u: &mut Unstructured, logical: u64) -> Result<plan::Request> {
 }
 
 fn run(u: &mut Unstructured) -> Result<()> {
-    let disk = disk(u)?;
+    let (geometry, size_bytes) = disk(u)?;
     let label = if u.arbitrary()? { Label::Gpt } else { Label::Mbr };
     let align = match u.int_in_range(0..=3)? {
         0 => Align::Minimal,
@@ -66,10 +68,10 @@ fn run(u: &mut Unstructured) -> Result<()> {
     let cylinders = u.ratio(1, 8)?;
     let most = if u.ratio(1, 16)? { 130 } else { 8 };
     let count = u.int_in_range(1..=most)?;
-    let requests = (0..count).map(|_| request(u, disk.logical)).collect::<Result<Vec<_>>>()?;
-    let Ok(plan) = plan::plan(&disk, label, align, cylinders, &requests) else { return Ok(()) };
+    let requests = (0..count).map(|_| request(u, geometry.logical)).collect::<Result<Vec<_>>>()?;
+    let Ok(plan) = plan::plan(&geometry, size_bytes, label, align, cylinders, &requests) else { return Ok(()) };
     let ids = roundtrip::ids(plan.partitions.len(), u.arbitrary()?);
-    roundtrip::check(&plan, &ids, disk.size_bytes, u.arbitrary()?, u.arbitrary()?);
+    roundtrip::check(&plan, &ids, size_bytes, u.arbitrary()?, u.arbitrary()?);
     Ok(())
 }
 

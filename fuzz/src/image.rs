@@ -9,7 +9,7 @@
 //! checksums. `a` and `b` are what a target wants them to be (a start to
 //! move to, ...). `fuzz/pack.py` writes this format.
 
-use blkalign::table::ReadAt;
+use blkalign::io::ReadAt;
 use std::io;
 
 const HEADER: usize = 17;

@@ -61,7 +61,7 @@ pub fn walk(img: &mut Image, offset: u64, len: u64) -> Vec<Layer> {
     }
     if let Ok(contents) = stack::identify(img, offset, len) {
         let node = blkalign::advise::Node::Device("/dev/fuzz".into());
-        let _ = stack::shrink_node(contents.as_ref(), &node, len, u64::from(img.a));
+        let _ = blkalign::advise::shrink_node(contents.as_ref(), &node, len, u64::from(img.a));
     }
     layers
 }

@@ -218,7 +218,8 @@ pub fn journal(file: &mut [u8]) {
 mod tests {
     use super::*;
     use crate::roundtrip;
-    use blkalign::plan::{self, Align, Disk, Label, Size};
+    use blkalign::align::Geometry;
+    use blkalign::plan::{self, Align, Label, Size};
     use blkalign::stack::{self, Kind};
     use blkalign::table;
 
@@ -228,20 +229,21 @@ mod tests {
 
     #[test]
     fn a_mutated_gpt_reads_again_once_resealed() {
-        let disk = Disk {
-            size_bytes: 64 << 20,
+        let size_bytes = 64 << 20;
+        let geometry = Geometry {
             logical: 512,
             physical: 4096,
+            physical_assumed: false,
             alignment_offset: 0,
             optimal_io: None,
         };
         let request = roundtrip::request(Size::Rest, "linux", None, None);
-        let plan = plan::plan(&disk, Label::Gpt, Align::Optimal, false, &[request]).unwrap();
-        let mut img = Image::blank(disk.size_bytes);
+        let plan = plan::plan(&geometry, size_bytes, Label::Gpt, Align::Optimal, false, &[request]).unwrap();
+        let mut img = Image::blank(size_bytes);
         roundtrip::apply(&mut img, &plan.table(&roundtrip::ids(1, 7)).unwrap());
         // Partition 1 ends one sector earlier, in both entry arrays.
         let last = plan.partitions[0].start + plan.partitions[0].size - 2;
-        let backup_entries = (disk.size_bytes / 512 - 33) * 512;
+        let backup_entries = (size_bytes / 512 - 33) * 512;
         for array in [2 * 512, backup_entries] {
             put(&mut img, array + 40, &last.to_le_bytes());
         }

@@ -4,7 +4,8 @@
 //! others where they were.
 
 use crate::image::Image;
-use blkalign::plan::{self, Align, Disk, Label, Plan, Planned, Request, Role, Script};
+use blkalign::align::Geometry;
+use blkalign::plan::{self, Align, Label, Plan, Planned, Request, Role, Script};
 use blkalign::table::write::{self, Ids, TableBytes};
 use blkalign::table::{self, edit, Layout, PartKind, Partition};
 
@@ -128,23 +129,24 @@ pub fn plan_script(script: &Script) -> Option<(Plan, u64)> {
         Some(last) => last.checked_add(1 + table_sectors)?,
         None => (64 << 30) / ss,
     };
-    let disk = Disk {
-        size_bytes: sectors.checked_mul(ss)?,
+    let size_bytes = sectors.checked_mul(ss)?;
+    let geometry = Geometry {
         logical: ss,
         physical: 4096.max(ss),
+        physical_assumed: false,
         alignment_offset: 0,
         optimal_io: None,
     };
     let align = match script.grain {
         Some(grain) => {
-            Align::Bytes(blkalign::align::lcm(plan::grain(&disk, Align::Optimal).ok()?, grain)?)
+            Align::Bytes(blkalign::align::lcm(plan::grain(&geometry, Align::Optimal).ok()?, grain)?)
         }
         None => Align::Optimal,
     };
     let label = script.label.unwrap_or(Label::Gpt);
-    let mut plan = plan::plan(&disk, label, align, false, &script.requests).ok()?;
+    let mut plan = plan::plan(&geometry, size_bytes, label, align, false, &script.requests).ok()?;
     script.bound(&mut plan).ok()?;
-    Some((plan, disk.size_bytes))
+    Some((plan, size_bytes))
 }
 
 /// Identities for `count` partitions, all distinct, from `seed`.

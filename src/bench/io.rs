@@ -6,6 +6,7 @@ use super::uring::Op;
 use super::{BenchError, Engine, Progress, Request};
 use crate::device::sysfs::{block_dir, read_number};
 use crate::device::{self, DeviceError};
+use crate::io::{AlignedBuf, BUF_ALIGN};
 use crate::units::is_sector_size;
 use rustix::fs::OFlags;
 use std::fs::File;
@@ -16,38 +17,12 @@ use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// O_DIRECT needs buffers aligned to the logical sector; a page covers all.
-const BUF_ALIGN: usize = 4096;
-
 /// Backups held in memory at once; larger workloads run in chunks, each
 /// backed up before its own timed phase. Also the largest request.
 pub(crate) const CHUNK_BYTES: u64 = 64 << 20;
 
 /// Threads reading backups: the reads are untimed, so overlap them.
 const READERS: usize = 4;
-
-/// A heap buffer whose start is page-aligned.
-pub struct AlignedBuf {
-    storage: Vec<u8>,
-    start: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    pub fn new(len: usize, fill: u8) -> AlignedBuf {
-        let storage = vec![fill; len + BUF_ALIGN];
-        let start = storage.as_ptr().align_offset(BUF_ALIGN);
-        AlignedBuf { storage, start, len }
-    }
-
-    pub fn bytes(&self) -> &[u8] {
-        &self.storage[self.start..self.start + self.len]
-    }
-
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.storage[self.start..self.start + self.len]
-    }
-}
 
 /// What the timed phase does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

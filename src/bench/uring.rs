@@ -12,8 +12,8 @@
 //! spent stays small. How deep polling pays depends on how fast idle CPUs
 //! wake: see [`poll_depth`].
 
-use super::io::AlignedBuf;
 use super::{BenchError, Request};
+use crate::io::AlignedBuf;
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Submitter};
 use std::fs::File;
 use std::io::IoSliceMut;

@@ -7,7 +7,8 @@ use super::EXIT_OK;
 use anyhow::Context;
 use blkalign::advise::{self, Advice, Holds, IoSizes, Node};
 use blkalign::align::Geometry;
-use blkalign::device::{self, SysRoot, Target};
+use blkalign::device::{SysRoot, Target};
+use blkalign::open::Opened;
 use blkalign::report::table::{self, fill, Column, Kind, Style};
 use blkalign::report::{partition_name, PARTITION_NAME_ABOUT};
 use blkalign::table::{self as layout, PartKind};
@@ -59,18 +60,16 @@ struct PartitionAdvice {
     advice: Vec<Advice>,
 }
 
-pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let all = columns();
     let Some(columns) = args.output.columns(&all)? else { return Ok(EXIT_OK) };
-    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let path = args.target.as_deref().context("name the disk or image to advise on")?;
-    let target = device::resolve(&root, path)?;
-    let file = device::open(&target)?;
-    let topology = device::topology(&root, &target, Some(&file), &args.geometry.overrides())?;
+    let trust_kernel = args.geometry.trust_kernel;
+    let opened = blkalign::open::open(&root, path, &args.geometry.overrides(), trust_kernel)?;
+    let Opened { target, file, topology, geometry } = opened;
     let logical = topology.logical_sector_size.value;
     let layout = layout::read(&file, logical, topology.size_bytes)
         .with_context(|| format!("reading the table of {}", target.path.display()))?;
-    let geometry = topology.geometry(args.geometry.trust_kernel);
     let io = IoSizes {
         physical: geometry.physical,
         minimum_io: topology.minimum_io_size.map(|s| s.value),

@@ -76,7 +76,7 @@ pub struct Args {
     geometry: GeometryArgs,
 }
 
-pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if args.probe && !args.yes {
         anyhow::bail!(
             "--probe writes to each disk (putting back the bytes it read): add --yes to allow it"
@@ -90,7 +90,6 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
     let Some(columns) = args.output.columns(&all)? else {
         return Ok(EXIT_OK);
     };
-    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let opts = Options {
         overrides: args.geometry.overrides(),
         trust_kernel: args.geometry.trust_kernel,

@@ -9,7 +9,7 @@ use blkalign::bench::{cpu_latency::CpuLatency, Progress, Report, Span};
 use blkalign::device::{self, SysRoot};
 use blkalign::report::table::{self, Column, Kind, Style, Units};
 use blkalign::units::{size_arg, SIZE_SYNTAX};
-use indicatif::{HumanDuration, ProgressBar, ProgressStyle};
+use indicatif::{HumanDuration, ProgressBar};
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, RecvTimeoutError};
@@ -153,7 +153,7 @@ latency. --cpu-latency off leaves power management as it is."
     )
 }
 
-pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if let Err(message) = ignored(&args) {
         return usage_error(&message);
     }
@@ -168,7 +168,6 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         (false, true) => Mode::Destructive,
         (false, false) => Mode::Write,
     };
-    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     if mode != Mode::Read {
         // Before the exclusive open, which would itself look like a claim;
         // that open then keeps anyone from mounting it until we are done.
@@ -337,10 +336,7 @@ pub(super) fn with_progress<T>(progress: &Progress, unit: &str, work: impl FnOnc
         return work();
     }
     let template = format!("{{prefix}} {{wide_bar}} {{pos}}/{{len}} {unit}, {{msg}}");
-    let bar = ProgressBar::new(0);
-    if let Ok(style) = ProgressStyle::with_template(&template) {
-        bar.set_style(style.progress_chars("=> "));
-    }
+    let bar = super::output::bar(0, &template);
     let (stop, stopped) = mpsc::channel::<()>();
     let out = std::thread::scope(|scope| {
         let shown = bar.clone();

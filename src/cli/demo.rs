@@ -84,7 +84,7 @@ fn image_story(dir: &Path, size: u64) -> anyhow::Result<()> {
     let part_sectors = old_partition_sectors(sectors)?;
     println!(
         "== A {} disk image, partitioned as fdisk did before 2010 ==",
-        blkalign::report::human_size(size)
+        blkalign::units::human_size(size)
     );
     let file = File::create(&image)?;
     file.set_len(sectors * SECTOR)?;
@@ -161,7 +161,7 @@ fn partition_sha256(image: &Path, start: u64, sectors: u64) -> anyhow::Result<St
         hasher.update(&buf[..len]);
         at += len as u64;
     }
-    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(blkalign::units::hex(&hasher.finalize()))
 }
 
 /// Where partition 1 starts now, as the table says.

@@ -10,11 +10,13 @@ mod generate;
 mod output;
 mod partition;
 mod plan;
+mod planning;
 mod probe;
 mod realign;
 mod rescale;
 mod restore;
 
+use blkalign::device::SysRoot;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -62,7 +64,7 @@ enum Command {
     /// Report the alignment of every partition on disks and disk images.
     Audit(audit::Args),
     /// Print the aligned layout a partitioning request would get; writes nothing.
-    Plan(plan::Args),
+    Plan(planning::Args),
     /// Write an aligned partition table (prints the plan unless --yes).
     Partition(partition::Args),
     /// Put back the sectors a `partition` run saved, on the disk they came
@@ -160,18 +162,19 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if err.use_stderr() { EXIT_ERROR } else { EXIT_OK });
         }
     };
+    let root = cli.sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let result = match cli.command {
         Command::Demo(args) => demo::run(args),
-        Command::Audit(args) => audit::run(args, cli.sysfs_root),
-        Command::Plan(args) => plan::run(args, cli.sysfs_root),
-        Command::Partition(args) => partition::run(args, cli.sysfs_root),
-        Command::Restore(args) => restore::run(args, cli.sysfs_root),
-        Command::Rescale(args) => rescale::run(args, cli.sysfs_root),
-        Command::Advise(args) => advise::run(args, cli.sysfs_root),
+        Command::Audit(args) => audit::run(args, root),
+        Command::Plan(args) => plan::run(args, root),
+        Command::Partition(args) => partition::run(args, root),
+        Command::Restore(args) => restore::run(args, root),
+        Command::Rescale(args) => rescale::run(args, root),
+        Command::Advise(args) => advise::run(args, root),
         Command::Emulate(cmd) => emulate::run(cmd),
-        Command::Bench(args) => bench::run(args, cli.sysfs_root),
-        Command::Probe(args) => probe::run(args, cli.sysfs_root),
-        Command::Realign(args) => realign::run(args, cli.sysfs_root),
+        Command::Bench(args) => bench::run(args, root),
+        Command::Probe(args) => probe::run(args, root),
+        Command::Realign(args) => realign::run(args, root),
         Command::Man(args) => generate::man(args),
         Command::Completions(args) => generate::completions(args),
     };

@@ -135,3 +135,16 @@ fn window_columns() -> Option<usize> {
     let size = rustix::termios::tcgetwinsize(std::io::stdout()).ok()?;
     Some(usize::from(size.ws_col)).filter(|&c| c > 0)
 }
+
+/// A progress bar on stderr drawn with `template`, hidden when stderr is
+/// not a terminal (a pipe or a log gets no bar).
+pub fn bar(total: u64, template: &str) -> indicatif::ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar
+}

@@ -1,17 +1,16 @@
 //! `blkalign partition`: write what `plan` prints. Dry run unless --yes;
 //! the sectors it overwrites are saved to a backup file first.
 
-use super::restore::{self, sha256_hex, ToSave};
-use super::{plan as planning, EXIT_OK};
+use super::{planning, EXIT_OK};
 use anyhow::{bail, Context};
 use blkalign::advise::{self, Holds};
-use blkalign::device::exclusive::{self, KernelPart};
-use blkalign::device::{self, SysRoot, Target, TargetKind};
+use blkalign::backup::{self, ToSave};
+use blkalign::device::kernel::{self, KernelPart};
+use blkalign::device::{self, exclusive, SysRoot, Target};
 use blkalign::plan::{Plan, Planned, Role};
-use blkalign::realign::guard;
 use blkalign::stack::Contents;
 use blkalign::table::write::{self, Chunk, Ids};
-use blkalign::table::{Layout, PartKind, Partition};
+use blkalign::table::{PartKind, Partition};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
@@ -49,11 +48,10 @@ pub struct Args {
     backup: Option<PathBuf>,
 }
 
-pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
+pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if planning::printed_output_help(&args.plan)? {
         return Ok(EXIT_OK);
     }
-    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
     let (target, plan) = planning::make(&args.plan, &root)?;
     if !args.yes {
         planning::print(&target, &plan, &args.plan)?;
@@ -82,23 +80,22 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
             existing_label(&file, &plan)
         );
     }
-    let topology = device::topology(&root, &target, Some(&file), &args.plan.geometry.overrides())?;
-    let identity = guard::identity(&root, &target, &topology);
+    let topology =
+        blkalign::open::topology(&root, &target, Some(&file), &args.plan.geometry.overrides())?;
+    let identity = device::identity(&root, &target, &topology);
     let regions = chunks
         .iter()
         .zip(old)
-        .map(|(c, old)| ToSave {
-            what: c.what.to_string(),
-            offset: c.offset,
-            old,
-            written_sha256: sha256_hex(&c.bytes),
-        })
+        .map(|(c, old)| ToSave::new(c.what, c.offset, old, &c.bytes))
         .collect();
-    restore::save_backup(args.backup.as_deref(), &target, plan.sector_size, identity, regions)?;
-    write_chunks(&file, &chunks).with_context(|| format!("writing {}", target.path.display()))?;
-    if target.kind == TargetKind::Disk {
-        tell_kernel(&root, &target, &file, &planned_kernel_parts(&plan));
-    }
+    let saved =
+        backup::save_backup(args.backup.as_deref(), &target, plan.sector_size, identity, regions)?;
+    eprintln!("{saved}");
+    backup::check_restorable(&saved.bin, &file)?;
+    backup::write_chunks(&file, &chunks)
+        .with_context(|| format!("writing {}", target.path.display()))?;
+    let told = kernel::tell(&root, &target, &file, &planned_kernel_parts(&plan));
+    told.messages().iter().for_each(|m| eprintln!("{m}"));
     planning::print(&target, &plan, &args.plan)?;
     eprintln!("wrote the {} table to {}", label_text(&plan), target.path.display());
     Ok(EXIT_OK)
@@ -191,64 +188,13 @@ fn existing_label(file: &File, plan: &Plan) -> String {
     }
 }
 
-/// In order, each flushed before the next: the encoder orders them so a
-/// crash leaves the old table or a repairable new one.
-pub(super) fn write_chunks(file: &File, chunks: &[Chunk]) -> std::io::Result<()> {
-    for c in chunks {
-        file.write_all_at(&c.bytes, c.offset)?;
-        file.sync_data()?;
-    }
-    Ok(())
-}
-
-/// Make the kernel see partitions `parts`; only warn if it cannot, since
-/// the table on the disk is already right.
-pub(super) fn tell_kernel(root: &SysRoot, target: &Target, file: &File, parts: &[KernelPart]) {
-    let Some(name) = target.name.as_deref() else {
-        return;
-    };
-    let numbers =
-        || -> Vec<u32> { device::kernel_partitions(root, name).iter().map(|k| k.number).collect() };
-    let mut wanted: Vec<u32> = parts.iter().map(|p| p.number).collect();
-    wanted.sort_unstable();
-    let result = match exclusive::rescan(file, &target.path) {
-        Ok(true) if numbers() == wanted => Ok(()),
-        Ok(_) => {
-            eprintln!(
-                "the kernel did not take the whole table; adding the partitions one by one (BLKPG)"
-            );
-            exclusive::update_partitions(file, &target.path, &numbers(), parts)
-        }
-        Err(e) => Err(e),
-    };
-    if let Err(e) = result {
-        eprintln!(
-            "warning: the kernel did not re-read the table ({e}); run `partprobe {}` or reboot",
-            target.path.display()
-        );
-    }
-}
-
 /// The planned partitions, for the kernel.
 fn planned_kernel_parts(plan: &Plan) -> Vec<KernelPart> {
     let ss = plan.sector_size;
-    let part = |p: &Planned| kernel_part(p.number, p.start, p.size, p.role == Role::Extended, ss);
+    let part = |p: &Planned| {
+        KernelPart::from_sectors(p.number, p.start, p.size, p.role == Role::Extended, ss)
+    };
     plan.partitions.iter().filter_map(part).collect()
-}
-
-/// The partitions of a table read back from a disk, for the kernel.
-pub(super) fn kernel_parts(layout: &Layout) -> Vec<KernelPart> {
-    let ss = layout.sector_size;
-    let part =
-        |p: &Partition| kernel_part(p.number, p.start, p.size, p.kind == PartKind::Extended, ss);
-    layout.partitions.iter().filter_map(part).collect()
-}
-
-/// A partition in bytes; None when that overflows. The kernel shows an
-/// extended partition as its first 1 KiB or sector.
-fn kernel_part(number: u32, start: u64, size: u64, extended: bool, ss: u64) -> Option<KernelPart> {
-    let length = if extended { ss.max(1024) } else { size.checked_mul(ss)? };
-    Some(KernelPart { number, start: start.checked_mul(ss)?, length })
 }
 
 fn label_text(plan: &Plan) -> &'static str {

@@ -50,8 +50,7 @@ enum Where {
 }
 
 /// Exit 1 when the kernel is wrong about the drive.
-pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
-    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
+pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let target = &args.target;
     if std::fs::metadata(target).is_ok_and(|m| m.is_file()) {
         // Its writes land in the page cache and the host's file system: no
@@ -98,7 +97,7 @@ fn free_ranges(root: &SysRoot, target: &Path) -> anyhow::Result<Vec<std::ops::Ra
         anyhow::bail!("--where free needs the whole disk, whose table says what is free");
     }
     let file = device::open(&target)?;
-    let topology = device::topology(root, &target, Some(&file), &Overrides::default())?;
+    let topology = blkalign::open::topology(root, &target, Some(&file), &Overrides::default())?;
     let layout = table::read(&file, topology.logical_sector_size.value, topology.size_bytes)?;
     if layout.label == table::Label::None {
         anyhow::bail!("no partition table, so no space is known to be free");

@@ -3,14 +3,14 @@
 //! sectors it overwrites are saved first, in the sidecar format
 //! `blkalign restore` reads.
 
-use super::partition::{kernel_parts, tell_kernel, write_chunks};
-use super::restore::{self, sha256_hex, ToSave};
 use super::{emit, emit_json, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
-use blkalign::device::{self, exclusive, SysRoot, TargetKind};
-use blkalign::realign::guard;
+use blkalign::backup::{self, ToSave};
+use blkalign::device::{self, exclusive, kernel, SysRoot, TargetKind};
+use blkalign::io::ReadAt;
+use blkalign::open::Opened;
 use blkalign::rescale::{self, ContentNote, Moved, Overlay, Rescaled};
-use blkalign::table::{self, ReadAt};
+use blkalign::table;
 use std::fmt::Write as _;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -54,14 +54,12 @@ pub struct Args {
     backup: Option<PathBuf>,
 }
 
-pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
-    let root = sysfs_root.map_or_else(SysRoot::real, SysRoot::fixture);
-    let target = device::resolve(&root, &args.target)?;
+pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
+    let opened = blkalign::open::open(&root, &args.target, &Default::default(), false)?;
+    let Opened { target, file, topology, .. } = opened;
     if let Some(n) = target.selected_partition {
         bail!("{} is partition {n}; name the whole disk", target.path.display());
     }
-    let file = device::open(&target)?;
-    let topology = device::topology(&root, &target, Some(&file), &Default::default())?;
     let to = match (args.to, target.kind) {
         (Some(to), _) => to,
         (None, TargetKind::Disk) => topology.logical_sector_size.value,
@@ -100,25 +98,23 @@ pub fn run(args: Args, sysfs_root: Option<PathBuf>) -> anyhow::Result<u8> {
         TargetKind::Disk => topology.logical_sector_size.value,
         TargetKind::Image => to,
     };
-    let identity = guard::identity(&root, &target, &topology);
-    let backup = restore::save_backup(
-        args.backup.as_deref(),
-        &target,
-        ss,
-        identity,
-        to_save(&file, &plan)?,
-    )?;
-    write_chunks(&file, &plan.chunks).with_context(|| format!("writing {path}"))?;
+    let identity = device::identity(&root, &target, &topology);
+    let saved =
+        backup::save_backup(args.backup.as_deref(), &target, ss, identity, to_save(&file, &plan)?)?;
+    eprintln!("{saved}");
+    backup::check_restorable(&saved.bin, &file)?;
+    backup::write_chunks(&file, &plan.chunks).with_context(|| format!("writing {path}"))?;
     let after = table::read(&file, to, size).with_context(|| format!("re-reading {path}"))?;
     if let Err(e) = rescale::same_bytes(&plan.old, &after) {
         bail!(
             "{path}: the table written does not read back as the same partitions ({e}); \
              `blkalign restore {}` puts the old one back",
-            backup.display()
+            saved.bin.display()
         );
     }
-    if target.kind == TargetKind::Disk && topology.logical_sector_size.value == to {
-        tell_kernel(&root, &target, &file, &kernel_parts(&after));
+    if topology.logical_sector_size.value == to {
+        let told = kernel::tell(&root, &target, &file, &backup::kernel_parts(&after));
+        told.messages().iter().for_each(|m| eprintln!("{m}"));
     }
     eprintln!("wrote the table for {to}-byte sectors to {path}; read back, every partition's bytes unchanged");
     Ok(EXIT_OK)
@@ -238,8 +234,7 @@ fn to_save(file: &File, r: &Rescaled) -> anyhow::Result<Vec<ToSave>> {
             FileExt::read_exact_at(file, &mut old, start)?;
             let mut new = vec![0u8; len];
             after.read_exact_at(&mut new, start)?;
-            let what = format!("rescale: {what}");
-            Ok(ToSave { what, offset: start, old, written_sha256: sha256_hex(&new) })
+            Ok(ToSave::new(format!("rescale: {what}"), start, old, &new))
         })
         .collect()
 }

@@ -25,9 +25,9 @@ pub enum DeviceError {
     NotAttached(PathBuf),
     #[error("invalid override: {0}")]
     InvalidOverride(String),
-    /// Read as raw, a VM image is "no partitions" at best: only audit
-    /// reads one, through QEMU.
-    #[error("{}: a {} image, not a raw disk: `blkalign audit` reads it through QEMU; to change it, convert it to raw first (qemu-img convert -O raw)", path.display(), format.name())]
+    /// Read as raw, a VM image is "no partitions" at best: audit and
+    /// realign use it through QEMU; the other commands refuse it.
+    #[error("{}: a {} image, not a raw disk: `blkalign audit` and `blkalign realign` use it through QEMU; for this command, convert it to raw first (qemu-img convert -O raw)", path.display(), format.name())]
     VmImage { path: PathBuf, format: super::vmimage::Format },
     #[error(transparent)]
     Export(#[from] super::vmimage::ExportError),

@@ -1,8 +1,9 @@
 //! Safety for writing a partition table: refuse targets something else is
-//! using, open them exclusively, and make the kernel see the new table.
+//! using, open them exclusively, and recognise a disk when a write is
+//! undone.
 
 use super::ioctl;
-use super::sysfs::{partition_dirs, read_number, read_text, SysRoot};
+use super::sysfs::{partition_dirs, partition_number, read_number, read_text, SysRoot};
 use super::{Target, TargetKind};
 use rustix::fs::{major, minor, Mode, OFlags};
 use rustix::io::Errno;
@@ -12,22 +13,14 @@ use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+// Where src/cli/realign.rs still finds them; they live in device::kernel.
+
 #[derive(Debug, thiserror::Error)]
 pub enum ExclusiveError {
     #[error("{}: in use: {}", .0.display(), .1)]
     InUse(PathBuf, String),
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
-}
-
-impl ExclusiveError {
-    /// The device takes no partitions (EINVAL from BLKPG): device-mapper
-    /// disks, on 6.1 in the kernel lab. A loop device attached without -P
-    /// takes them all the same.
-    pub fn is_no_partitions(&self) -> bool {
-        let einval = Some(Errno::INVAL.raw_os_error());
-        matches!(self, ExclusiveError::Io { source, .. } if source.raw_os_error() == einval)
-    }
 }
 
 fn io_error(path: &Path, e: impl Into<std::io::Error>) -> ExclusiveError {
@@ -251,14 +244,33 @@ fn unescape(field: &str) -> PathBuf {
     PathBuf::from(OsString::from_vec(out))
 }
 
-/// The mount point of device `dev` ("8:1") in a mountinfo text, whose third
-/// field is major:minor.
+/// The mount points of device `dev` ("8:1") in a mountinfo text, whose
+/// third field is major:minor, with the kernel's escapes undone.
+fn mounts(mountinfo: &str, dev: &str) -> Vec<String> {
+    let on_dev = |line: &&str| !dev.is_empty() && line.split(' ').nth(2) == Some(dev);
+    let point = |line: &str| unescape(line.split(' ').nth(4).unwrap_or("?"));
+    mountinfo.lines().filter(on_dev).map(|l| point(l).to_string_lossy().into_owned()).collect()
+}
+
 fn mounted(mountinfo: &str, dev: &str) -> Option<String> {
-    mountinfo.lines().find_map(|line| {
-        let fields: Vec<&str> = line.split(' ').collect();
-        (fields.get(2) == Some(&dev) && !dev.is_empty())
-            .then(|| fields.get(4).unwrap_or(&"?").to_string())
-    })
+    mounts(mountinfo, dev).into_iter().next()
+}
+
+/// Where partition `number` of disk `name` is in use, as lsblk's
+/// MOUNTPOINTS says it: each mount point, "[SWAP]" for active swap.
+pub fn mountpoints(root: &SysRoot, name: &str, number: u32) -> Vec<String> {
+    let dirs = partition_dirs(&root.block(name));
+    let Some(node) =
+        dirs.iter().find(|d| partition_number(d) == Some(number)).and_then(|d| Node::of_dir(d))
+    else {
+        return Vec::new();
+    };
+    let mut out =
+        mounts(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(), &node.dev);
+    if swap_on(&fs::read_to_string("/proc/swaps").unwrap_or_default(), &node.dev) {
+        out.push("[SWAP]".into());
+    }
+    out
 }
 
 fn first_entry(dir: &Path) -> Option<String> {
@@ -374,93 +386,6 @@ pub fn open_for_writing(target: &Target) -> Result<File, ExclusiveError> {
         }
         Err(e) => Err(io_error(&target.path, e)),
     }
-}
-
-/// A partition for the kernel, in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KernelPart {
-    pub number: u32,
-    pub start: u64,
-    pub length: u64,
-}
-
-/// Ask the kernel to rescan the table (BLKRRPART), retrying while udev's
-/// probe holds a partition open. False when it stayed busy.
-pub fn rescan(file: &File, path: &Path) -> Result<bool, ExclusiveError> {
-    const BLKRRPART: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 95);
-    for _ in 0..5 {
-        // SAFETY: BLKRRPART takes no argument.
-        let done = unsafe { rustix::ioctl::ioctl(file, rustix::ioctl::NoArg::<BLKRRPART>::new()) };
-        match done {
-            Ok(()) => return Ok(true),
-            Err(Errno::BUSY) => std::thread::sleep(std::time::Duration::from_millis(200)),
-            Err(e) => return Err(io_error(path, e)),
-        }
-    }
-    Ok(false)
-}
-
-/// Tell the kernel partition by partition (BLKPG, as partx does): for a
-/// busy disk, or a kernel without a parser for the table. `old` are the
-/// numbers the kernel has now.
-pub fn update_partitions(
-    file: &File,
-    path: &Path,
-    old: &[u32],
-    new: &[KernelPart],
-) -> Result<(), ExclusiveError> {
-    for &number in old {
-        // One already gone is fine; a busy one shows when adding.
-        let _ = blkpg(file, BLKPG_DEL, KernelPart { number, start: 0, length: 0 });
-    }
-    for &part in new {
-        blkpg(file, BLKPG_ADD, part).map_err(|e| io_error(path, e))?;
-    }
-    Ok(())
-}
-
-const BLKPG_ADD: i32 = 1;
-const BLKPG_DEL: i32 = 2;
-
-/// struct blkpg_partition from <linux/blkpg.h>.
-#[repr(C)]
-struct BlkpgPartition {
-    start: i64,
-    length: i64,
-    pno: i32,
-    devname: [u8; 64],
-    volname: [u8; 64],
-}
-
-/// struct blkpg_ioctl_arg from <linux/blkpg.h>.
-#[repr(C)]
-struct BlkpgArg {
-    op: i32,
-    flags: i32,
-    datalen: i32,
-    data: *mut BlkpgPartition,
-}
-
-fn blkpg(file: &File, op: i32, part: KernelPart) -> rustix::io::Result<()> {
-    const BLKPG: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 105);
-    let range = |v: u64| i64::try_from(v).map_err(|_| Errno::INVAL);
-    let pno = i32::try_from(part.number).map_err(|_| Errno::INVAL)?;
-    let mut data = BlkpgPartition {
-        start: range(part.start)?,
-        length: range(part.length)?,
-        pno,
-        devname: [0; 64],
-        volname: [0; 64],
-    };
-    let arg = BlkpgArg {
-        op,
-        flags: 0,
-        datalen: std::mem::size_of::<BlkpgPartition>() as i32,
-        data: &mut data,
-    };
-    // SAFETY: BLKPG takes a pointer to blkpg_ioctl_arg, whose data points
-    // at a blkpg_partition that outlives the call.
-    unsafe { rustix::ioctl::ioctl(file, rustix::ioctl::Setter::<BLKPG, BlkpgArg>::new(arg)) }
 }
 
 #[cfg(test)]

@@ -124,10 +124,30 @@ pub struct Target {
     pub selected_partition: Option<u32>,
 }
 
+impl Target {
+    /// The device node of partition `number` as the kernel names it
+    /// (/dev/sda1, /dev/nvme0n1p1); None for an image, which has none
+    /// until attached. The kernel's name, not the path typed: by-id links
+    /// have "-partN" siblings, not a digit appended.
+    pub fn partition_node(&self, number: u32) -> Option<std::path::PathBuf> {
+        let name = self.name.as_deref().filter(|_| self.kind == TargetKind::Disk)?;
+        Some(std::path::Path::new("/dev").join(partition_name(name, number)))
+    }
+}
+
+/// Partition `number` of the disk called `base`, by the kernel's rule:
+/// "p" before the number when the name ends in a digit (nvme0n1p1, sda1).
+pub fn partition_name(base: &str, number: u32) -> String {
+    let p = if base.ends_with(|c: char| c.is_ascii_digit()) { "p" } else { "" };
+    format!("{base}{p}{number}")
+}
+
 pub mod drive;
 mod error;
 pub mod exclusive;
+mod identity;
 mod ioctl;
+pub mod kernel;
 pub mod libvirt;
 pub mod quirks;
 mod stack;
@@ -137,10 +157,11 @@ mod topology;
 pub mod vmimage;
 
 pub use error::DeviceError;
+pub use identity::{identity, Identity};
 pub use stack::{held, origins, Origin};
 pub use sysfs::{crypt_holder, kernel_partitions, KernelPartition, SysRoot};
 pub use target::{check_kind, list_disks, open, open_checked, open_path, resolve};
-pub use topology::{topology, validate_overrides};
+pub use topology::{topology, validate_overrides, SectorGuess, SectorGuesser};
 
 #[cfg(test)]
 mod tests {

@@ -5,7 +5,6 @@ use super::drive::{self, Answer, Drive, Protocol};
 use super::quirks::quirk_for;
 use super::sysfs::{read_text, read_u64, SysRoot};
 use super::{ioctl, DeviceError, Overrides, Source, Sourced, Target, TargetKind, Topology};
-use crate::table::SectorGuess;
 use std::fs::File;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -25,6 +24,21 @@ pub(crate) struct Reported {
     pub size_bytes: Option<u64>,
 }
 
+/// What an image's table tells of its logical sector size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SectorGuess {
+    /// This size, with a note when it was inferred rather than read.
+    Known(u64, Option<&'static str>),
+    /// Both sizes read as a plausible table.
+    Unsure(&'static str),
+    Unknown,
+}
+
+/// Reads an image's table for its sector size: `device` cannot read tables
+/// (they are a layer above), so the caller passes the reader
+/// (`open::topology` passes `table::detect_sector_size`).
+pub type SectorGuesser<'a> = &'a dyn Fn(&File, u64) -> SectorGuess;
+
 /// Topology of `target`. `file` is the opened device or image when it could
 /// be opened; ioctls are used only when it is a block device.
 pub fn topology(
@@ -32,10 +46,11 @@ pub fn topology(
     target: &Target,
     file: Option<&File>,
     overrides: &Overrides,
+    guess: SectorGuesser,
 ) -> Result<Topology, DeviceError> {
     validate_overrides(overrides)?;
     let mut topo = match target.kind {
-        TargetKind::Image => image_topology(target, file)?,
+        TargetKind::Image => image_topology(target, file, guess)?,
         TargetKind::Disk => disk_topology(root, target, file),
     };
     apply_overrides(&mut topo, overrides);
@@ -318,14 +333,18 @@ fn apply_quirk(
 }
 
 /// Images have no kernel topology: only a GPT header can tell the sector size.
-fn image_topology(target: &Target, file: Option<&File>) -> Result<Topology, DeviceError> {
+fn image_topology(
+    target: &Target,
+    file: Option<&File>,
+    guess: SectorGuesser,
+) -> Result<Topology, DeviceError> {
     let meta = match file {
         Some(f) => f.metadata(),
         None => std::fs::metadata(&target.path),
     };
     let meta = meta.map_err(|e| DeviceError::from_io(&target.path, e))?;
     let mut notes = Vec::new();
-    let guess = file.map(|f| crate::table::detect_sector_size(f, meta.len()));
+    let guess = file.map(|f| guess(f, meta.len()));
     let logical = match guess.unwrap_or(SectorGuess::Unknown) {
         SectorGuess::Known(size, why) => {
             notes

@@ -6,8 +6,8 @@
 //! would do each of those worse (docs/vm-images.md).
 
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -101,20 +101,33 @@ pub enum ExportError {
     Io { path: PathBuf, error: std::io::Error },
 }
 
+/// How an export may use its image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read-only; a running VM's lock makes the export fail, naming it.
+    Read,
+    /// Read-only past a running VM's lock (a running guest audited on
+    /// purpose).
+    ReadShared,
+    /// Read-write, holding QEMU's write lock so no VM starts on it
+    /// meanwhile. Written zeros become unallocated clusters, so a move
+    /// grows the image only by the data it lands on new clusters.
+    Write,
+}
+
 /// The guest's virtual disk of a VM image as a file, for as long as this
 /// lives: qemu-storage-daemon serving it on a FUSE mount over `file`.
 pub struct Export {
+    file: PathBuf,
+    child: Option<std::process::Child>,
     /// Holds the mount point; removed after the daemon is gone.
     _dir: tempfile::TempDir,
-    file: PathBuf,
-    pid: Option<i32>,
 }
 
 impl Export {
-    /// Export `image` in `format`, read-only. A running VM's lock on the
-    /// image makes this fail, naming it, unless `force_share`: then it is
-    /// read past the lock (a running guest's, audited on purpose).
-    pub fn start(image: &Path, format: &Format, force_share: bool) -> Result<Export, ExportError> {
+    /// Export `image` in `format` for `access`. A running VM's lock on the
+    /// image makes this fail, naming the VM, unless reading shared.
+    pub fn start(image: &Path, format: &Format, access: Access) -> Result<Export, ExportError> {
         if let Format::Qcow2 { encryption: Some(encryption) } = format {
             let (path, format) = (image.to_path_buf(), format.clone());
             return Err(ExportError::Encrypted { path, format, encryption });
@@ -124,28 +137,62 @@ impl Export {
         let dir = tempfile::Builder::new().prefix("blkalign-image-").tempdir().map_err(io)?;
         let file = dir.path().join("disk");
         File::create(&file).map_err(io)?;
-        let pidfile = dir.path().join("qsd.pid");
-        let mut export = Export { file, pid: None, _dir: dir };
-        let out = Command::new("qemu-storage-daemon")
-            .args(daemon_args(&canonical, format, force_share, &export.file, &pidfile))
+        let log = dir.path().join("qsd.log");
+        let mut daemon = Command::new("qemu-storage-daemon");
+        daemon
+            .args(daemon_args(&canonical, format, access, &file))
             .stdin(Stdio::null())
-            .output()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => ExportError::Missing { format: format.name() },
-                _ => io(e),
-            })?;
-        export.pid = read_pid(&pidfile);
-        if !out.status.success() || export.pid.is_none() {
-            let mut detail = String::from_utf8_lossy(&out.stderr).trim().replace('\n', " ");
-            if detail.contains("lock") {
-                detail += &super::exclusive::holders(&canonical);
-                detail += "; a running VM's image is audited once it is shut down, or with \
-                           --domain while it runs";
-            }
-            let path = image.to_path_buf();
-            return Err(ExportError::Failed { path, format: format.name(), detail });
+            .stdout(Stdio::null())
+            .stderr(File::create(&log).map_err(io)?);
+        // SAFETY: prctl is async-signal-safe. Dying with us (even killed
+        // with SIGKILL) makes the daemon flush, unmount and drop the image
+        // lock, so a rerun is not refused by our own leftover.
+        unsafe {
+            daemon.pre_exec(|| match libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            });
         }
-        Ok(export)
+        let child = daemon.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ExportError::Missing { format: format.name() },
+            _ => io(e),
+        })?;
+        let mut export = Export { file, child: Some(child), _dir: dir };
+        if export.wait_mounted().map_err(io)? {
+            return Ok(export);
+        }
+        let mut detail =
+            std::fs::read_to_string(&log).unwrap_or_default().trim().replace('\n', " ");
+        if detail.contains("lock") {
+            detail += &super::exclusive::holders(&canonical);
+            detail += match access {
+                Access::Write => "; shut the VM down first",
+                _ => {
+                    "; a running VM's image is audited once it is shut down, or with \
+                     --domain while it runs"
+                }
+            };
+        }
+        let path = image.to_path_buf();
+        Err(ExportError::Failed { path, format: format.name(), detail })
+    }
+
+    /// Wait until the export is mounted (true) or the daemon has exited
+    /// (false); a daemon neither mounted nor gone in 30 s is stopped.
+    fn wait_mounted(&mut self) -> std::io::Result<bool> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let Some(child) = self.child.as_mut() else { return Ok(false) };
+        while Instant::now() < deadline {
+            if super::exclusive::is_mount_point(&self.file) {
+                return Ok(true);
+            }
+            if child.try_wait()?.is_some() {
+                self.child = None;
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(false)
     }
 
     /// The file holding the virtual disk.
@@ -155,26 +202,29 @@ impl Export {
 }
 
 /// qemu-storage-daemon's arguments: the image through its format driver
-/// (backing files as its header names them), read-only, exported over FUSE
-/// at `mountpoint`, daemonised once the export is up.
-fn daemon_args(
-    image: &Path,
-    format: &Format,
-    force_share: bool,
-    mountpoint: &Path,
-    pidfile: &Path,
-) -> Vec<String> {
+/// (backing files as its header names them, read-only), exported over FUSE
+/// at `mountpoint`.
+fn daemon_args(image: &Path, format: &Format, access: Access, mountpoint: &Path) -> Vec<String> {
+    let (read_only, share, write) = match access {
+        Access::Read => (true, false, false),
+        Access::ReadShared => (true, true, false),
+        Access::Write => (false, false, true),
+    };
     let file = serde_json::json!({
-        "driver": "file", "node-name": "file", "filename": image, "read-only": true,
-        "force-share": force_share,
+        "driver": "file", "node-name": "file", "filename": image, "read-only": read_only,
+        "force-share": share,
     });
-    let disk = serde_json::json!({
-        "driver": format.driver(), "node-name": "disk", "file": "file", "read-only": true,
-        "force-share": force_share,
+    let mut disk = serde_json::json!({
+        "driver": format.driver(), "node-name": "disk", "file": "file", "read-only": read_only,
+        "force-share": share,
     });
+    if write {
+        disk["detect-zeroes"] = "unmap".into();
+        disk["discard"] = "unmap".into();
+    }
     let export = serde_json::json!({
         "type": "fuse", "id": "export", "node-name": "disk", "mountpoint": mountpoint,
-        "writable": false, "growable": false,
+        "writable": write, "growable": false,
     });
     vec![
         "--blockdev".into(),
@@ -183,29 +233,24 @@ fn daemon_args(
         disk.to_string(),
         "--export".into(),
         export.to_string(),
-        "--daemonize".into(),
-        "--pidfile".into(),
-        pidfile.display().to_string(),
     ]
-}
-
-fn read_pid(pidfile: &Path) -> Option<i32> {
-    let mut text = String::new();
-    File::open(pidfile).ok()?.read_to_string(&mut text).ok()?;
-    text.trim().parse().ok().filter(|&p| p > 0)
 }
 
 impl Drop for Export {
     /// Stop the daemon (it flushes and unmounts its export as it exits);
     /// unmount by hand if it will not go.
     fn drop(&mut self) {
-        if let Some(pid) = self.pid.and_then(rustix::process::Pid::from_raw) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        if let Some(child) = self.child.as_mut() {
+            if let Some(pid) = rustix::process::Pid::from_raw(child.id() as i32) {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
             let deadline = Instant::now() + Duration::from_secs(10);
-            while Path::new(&format!("/proc/{}", pid.as_raw_nonzero())).exists()
-                && Instant::now() < deadline
-            {
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+                let _ = child.wait();
             }
         }
         if super::exclusive::is_mount_point(&self.file) {
@@ -265,7 +310,8 @@ mod tests {
     #[test]
     fn names_are_escaped_by_json_not_by_commas() {
         let image = Path::new("/vm/a,b \"c\".qcow2");
-        let args = daemon_args(image, &Format::Vhd, true, Path::new("/t/disk"), Path::new("/t/p"));
+        let mount = Path::new("/t/disk");
+        let args = daemon_args(image, &Format::Vhd, Access::ReadShared, mount);
         let file: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
         assert_eq!(file["filename"], "/vm/a,b \"c\".qcow2");
         assert_eq!((&file["read-only"], &file["force-share"]), (&true.into(), &true.into()));
@@ -273,5 +319,11 @@ mod tests {
         assert_eq!(disk["driver"], "vpc");
         let export: serde_json::Value = serde_json::from_str(&args[5]).unwrap();
         assert_eq!(export["writable"], false);
+        let args = daemon_args(image, &Format::Vdi, Access::Write, mount);
+        let disk: serde_json::Value = serde_json::from_str(&args[3]).unwrap();
+        assert_eq!((&disk["read-only"], &disk["force-share"]), (&false.into(), &false.into()));
+        assert_eq!(disk["detect-zeroes"], "unmap");
+        let export: serde_json::Value = serde_json::from_str(&args[5]).unwrap();
+        assert_eq!(export["writable"], true);
     }
 }

@@ -4,7 +4,7 @@
 
 use super::journal::{Journal, JournalError, Phase};
 use super::Move;
-use crate::bench::io::AlignedBuf;
+use crate::io::AlignedBuf;
 use std::io;
 use std::time::{Duration, Instant};
 

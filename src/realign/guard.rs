@@ -2,33 +2,43 @@
 //! no boot loader that records the sectors being moved, and a journal on
 //! persistent storage outside the target.
 
-use super::Identity;
-use crate::device::sysfs::{block_dir, read_text, SysRoot};
-use crate::device::{Target, TargetKind, Topology};
-use crate::table::{Layout, Partition, ReadAt};
+use crate::device::sysfs::{block_dir, SysRoot};
+use crate::device::{Target, TargetKind};
+use crate::io::ReadAt;
+use crate::table::{Layout, Partition};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// GPT type of a BIOS boot partition: GRUB's core.img, found by sector.
 const BIOS_BOOT: &str = "21686148-6E49-6F6E-744E-656564454649";
 
-/// What the move's journal records to recognise the target later.
-pub fn identity(root: &SysRoot, target: &Target, topology: &Topology) -> Identity {
-    let wwid = target.name.as_deref().and_then(|name| {
-        let dir = root.sys.join("block").join(name);
-        read_text(&dir.join("wwid")).or_else(|| read_text(&dir.join("device/wwid")))
-    });
-    Identity { size_bytes: topology.size_bytes, serial: topology.serial.clone(), wwid }
+/// Why a move may not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GuardError {
+    #[error("the partition table has problems; fix them first: {0}")]
+    TableProblems(String),
+    #[error("{0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    #[error(
+        "{0} is in memory (tmpfs/ramfs): a power cut would lose the journal; put it on a disk"
+    )]
+    JournalInMemory(PathBuf),
+    #[error("the journal cannot be the image itself")]
+    JournalIsImage,
+    #[error(
+        "{dir} lives on {disk}, the disk being moved: put the journal on another disk (--journal)"
+    )]
+    JournalOnTarget { dir: PathBuf, disk: PathBuf },
 }
 
 /// A table with problems is not edited: the move would write it back.
-pub fn table_problems(layout: &Layout) -> Result<(), String> {
+pub fn table_problems(layout: &Layout) -> Result<(), GuardError> {
     if layout.problems.is_empty() {
         return Ok(());
     }
     let list: Vec<String> =
         layout.problems.iter().map(|p| format!("{} ({})", p.message, p.code)).collect();
-    Err(format!("the partition table has problems; fix them first: {}", list.join("; ")))
+    Err(GuardError::TableProblems(list.join("; ")))
 }
 
 /// A boot loader that finds its code by sector number breaks when those
@@ -47,7 +57,7 @@ pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, disk: &Path) -> Option<Strin
     let mut mbr = [0u8; 512];
     dev.read_exact_at(&mut mbr, 0).ok()?;
     let grub = mbr[..440].windows(4).any(|w| w == b"GRUB");
-    let core = crate::table::le_u64(&mbr, 0x5C)?;
+    let core = crate::io::le_u64(&mbr, 0x5C)?;
     let inside = core >= p.start && core < p.start.saturating_add(p.size);
     (grub && inside).then(|| {
         format!(
@@ -61,7 +71,7 @@ pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, disk: &Path) -> Option<Strin
 /// The journal must survive what the target does not: refuse it on the
 /// target itself (or its partitions), on the image being moved, and on
 /// memory-backed file systems.
-pub fn journal_location(root: &SysRoot, target: &Target, journal: &Path) -> Result<(), String> {
+pub fn journal_location(root: &SysRoot, target: &Target, journal: &Path) -> Result<(), GuardError> {
     let mut dir = match journal.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -74,23 +84,22 @@ pub fn journal_location(root: &SysRoot, target: &Target, journal: &Path) -> Resu
             _ => break,
         }
     }
-    let meta = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let fs = rustix::fs::statfs(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let io = |e: std::io::Error| GuardError::Io(dir.to_path_buf(), e);
+    let meta = std::fs::metadata(dir).map_err(io)?;
+    let fs = rustix::fs::statfs(dir).map_err(|e| io(e.into()))?;
     const TMPFS: i64 = 0x0102_1994;
     const RAMFS: i64 = 0x8584_58f6;
     if [TMPFS, RAMFS].contains(&(fs.f_type as i64)) {
-        return Err(format!(
-            "{} is in memory (tmpfs/ramfs): a power cut would lose the journal; put it on a disk",
-            dir.display()
-        ));
+        return Err(GuardError::JournalInMemory(dir.to_path_buf()));
     }
     match target.kind {
         TargetKind::Image => {
-            let image = std::fs::metadata(&target.path).map_err(|e| e.to_string())?;
+            let image = std::fs::metadata(&target.path)
+                .map_err(|e| GuardError::Io(target.path.clone(), e))?;
             let same = std::fs::metadata(journal)
                 .is_ok_and(|j| j.dev() == image.dev() && j.ino() == image.ino());
             if same {
-                return Err("the journal cannot be the image itself".into());
+                return Err(GuardError::JournalIsImage);
             }
             Ok(())
         }
@@ -102,12 +111,10 @@ pub fn journal_location(root: &SysRoot, target: &Target, journal: &Path) -> Resu
                     || d.parent().and_then(|p| p.file_name()).is_some_and(|n| n == name)
             });
             if on_target {
-                return Err(format!(
-                    "{} lives on {}, the disk being moved: put the journal on another disk \
-                     (--journal)",
-                    dir.display(),
-                    target.path.display()
-                ));
+                return Err(GuardError::JournalOnTarget {
+                    dir: dir.to_path_buf(),
+                    disk: target.path.clone(),
+                });
             }
             Ok(())
         }
@@ -154,7 +161,7 @@ mod tests {
         };
         if Path::new("/dev/shm").is_dir() {
             let err = journal_location(&SysRoot::real(), &target, Path::new("/dev/shm/j"));
-            assert!(err.unwrap_err().contains("tmpfs"));
+            assert!(matches!(err, Err(GuardError::JournalInMemory(_))), "{err:?}");
         }
     }
 }

@@ -11,7 +11,7 @@
 //! - save areas 0 and 1, alternating by chunk index, so the save of chunk
 //!   k never overwrites the only copy of chunk k-1.
 
-use super::Move;
+use super::{InvalidMove, Move};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -75,6 +75,8 @@ pub enum JournalError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("journal {}: {why}", path.display())]
     Corrupt { path: PathBuf, why: String },
+    #[error("journal {}: the move record is invalid: {source}", path.display())]
+    Invalid { path: PathBuf, source: InvalidMove },
 }
 
 /// An open journal and the state it last recorded.
@@ -106,7 +108,9 @@ impl Journal {
     /// flushed with its directory before the target is touched.
     pub fn create(path: &Path, record: Move) -> Result<Journal, JournalError> {
         let err = |source| JournalError::Io { path: path.to_path_buf(), source };
-        record.validate().map_err(|why| JournalError::Corrupt { path: path.to_path_buf(), why })?;
+        record
+            .validate()
+            .map_err(|source| JournalError::Invalid { path: path.to_path_buf(), source })?;
         let json = serde_json::to_vec(&record).map_err(|e| err(e.into()))?;
         // Made under a temporary name and renamed once its headers are on
         // disk, so a journal at `path` always has them. A leftover temporary
@@ -143,7 +147,7 @@ impl Journal {
         }
         std::fs::rename(&fresh, path).map_err(err)?;
         crate::device::exclusive::sync_parent(path).map_err(err)?;
-        journal.direct = open_direct(path);
+        journal.direct = crate::io::open_direct_write(path).ok();
         Ok(journal)
     }
 
@@ -194,7 +198,7 @@ impl Journal {
         let checksums =
             raw.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         let file = file.try_clone().map_err(|e| e.to_string())?;
-        let direct = open_direct(path);
+        let direct = crate::io::open_direct_write(path).ok();
         let path = path.to_path_buf();
         let (record_len, record_crc) = (h.record_len, h.record_crc);
         Ok(Journal {
@@ -311,7 +315,7 @@ impl Header {
     }
 
     fn decode(h: &[u8]) -> Option<Header> {
-        use crate::table::{le_u32, le_u64};
+        use crate::io::{le_u32, le_u64};
         if h.get(..8)? != MAGIC || le_u32(h, HEADER_LEN - 4)? != crc32fast::hash(h.get(..92)?) {
             return None;
         }
@@ -336,15 +340,6 @@ fn read_header(file: &File, slot: u64) -> Option<Header> {
     let mut buf = [0u8; HEADER_LEN];
     file.read_exact_at(&mut buf, slot * SLOT).ok()?;
     Header::decode(&buf)
-}
-
-fn open_direct(path: &Path) -> Option<File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    File::options().write(true).custom_flags(libc_o_direct()).open(path).ok()
-}
-
-fn libc_o_direct() -> i32 {
-    rustix::fs::OFlags::DIRECT.bits() as i32
 }
 
 /// A new file readable by its owner only (it may hold user data).

@@ -14,6 +14,7 @@ pub mod guard;
 pub mod journal;
 pub mod place;
 pub mod prepare;
+pub mod session;
 pub mod state;
 
 use serde::{Deserialize, Serialize};
@@ -23,15 +24,7 @@ use std::path::PathBuf;
 /// enough that memory stays bounded whatever the partition size.
 pub const CHUNK_BYTES: u64 = 16 << 20;
 
-/// What a target is recognised by when a move resumes: /dev names change
-/// across reboots, so the path is never trusted alone.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Identity {
-    pub size_bytes: u64,
-    /// The drive's serial and WWN, when the kernel has them.
-    pub serial: Option<String>,
-    pub wwid: Option<String>,
-}
+pub use crate::device::Identity;
 
 /// Bytes to write at a byte offset of the target once the copy is verified,
 /// and what was there before.
@@ -63,6 +56,19 @@ pub struct Move {
     pub writes: Vec<Write>,
 }
 
+/// Why a move record cannot be trusted.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidMove {
+    #[error("sector size {0}")]
+    SectorSize(u64),
+    #[error("chunk size {0}")]
+    ChunkSize(u64),
+    #[error("the partition lies beyond the disk")]
+    BeyondDisk,
+    #[error("the {what} write at byte {offset} is malformed")]
+    MalformedWrite { what: String, offset: u64 },
+}
+
 /// Which direction bytes travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -75,13 +81,13 @@ impl Move {
     /// Check a record before trusting it (one read back from a journal may
     /// be anything): every offset the move computes must lie on the disk,
     /// so the arithmetic that follows cannot overflow.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), InvalidMove> {
         let ss = self.sector_size;
         if !crate::units::is_sector_size(ss, 4096) {
-            return Err(format!("sector size {ss}"));
+            return Err(InvalidMove::SectorSize(ss));
         }
         if self.chunk_bytes == 0 || self.chunk_bytes % ss != 0 || self.chunk_bytes > 64 << 20 {
-            return Err(format!("chunk size {}", self.chunk_bytes));
+            return Err(InvalidMove::ChunkSize(self.chunk_bytes));
         }
         let disk = self.identity.size_bytes;
         let fits = |start: u64| {
@@ -91,7 +97,7 @@ impl Move {
                 .is_some_and(|e| e <= disk)
         };
         if self.sectors == 0 || !fits(self.old_start) || !fits(self.new_start) {
-            return Err("the partition lies beyond the disk".into());
+            return Err(InvalidMove::BeyondDisk);
         }
         for w in &self.writes {
             let len = w.old.len() as u64;
@@ -101,7 +107,7 @@ impl Move {
                 || w.offset % ss != 0
                 || end.is_none_or(|e| e > disk)
             {
-                return Err(format!("the {} write at byte {} is malformed", w.what, w.offset));
+                return Err(InvalidMove::MalformedWrite { what: w.what.clone(), offset: w.offset });
             }
         }
         Ok(())
@@ -180,8 +186,7 @@ mod hex {
     use serde::{Deserialize, Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
-        let text: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        s.serialize_str(&text)
+        s.serialize_str(&crate::units::hex(bytes))
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {

@@ -84,7 +84,7 @@ pub fn place(
             note: None,
         });
     }
-    let grains = grains(layout, geometry, disk_sectors, req.align).map_err(|e| cannot(&e))?;
+    let grains = grains(geometry, req.align).map_err(|e| cannot(&e))?;
     let mut failures = Vec::new();
     for (i, &grain) in grains.iter().enumerate() {
         let offset = geometry.alignment_offset;
@@ -226,20 +226,8 @@ impl Fit<'_> {
 
 /// The grains to try, best first: the requested one, and for `optimal`
 /// the physical sector when the optimal one finds no room.
-fn grains(
-    layout: &Layout,
-    g: &Geometry,
-    disk_sectors: u64,
-    align: Align,
-) -> Result<Vec<u64>, String> {
-    let disk = plan::Disk {
-        size_bytes: disk_sectors.saturating_mul(layout.sector_size),
-        logical: g.logical,
-        physical: g.physical,
-        alignment_offset: g.alignment_offset,
-        optimal_io: g.optimal_io,
-    };
-    let chosen = plan::grain(&disk, align).map_err(|e| e.to_string())?;
+fn grains(g: &Geometry, align: Align) -> Result<Vec<u64>, String> {
+    let chosen = plan::grain(g, align).map_err(|e| e.to_string())?;
     let minimal = lcm(g.physical, g.logical).ok_or("no physical sector grain")?;
     Ok(if align == Align::Optimal && chosen != minimal {
         vec![chosen, minimal]

@@ -4,9 +4,10 @@
 
 use super::place::Placement;
 use super::{Identity, Move, Write, CHUNK_BYTES};
+use crate::io::ReadAt;
 use crate::stack::{self, Contents};
 use crate::table::edit::{self, EditError};
-use crate::table::{write, Layout, ReadAt};
+use crate::table::{write, Layout};
 use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]

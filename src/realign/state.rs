@@ -5,25 +5,26 @@
 
 use super::journal::{Journal, JournalError, Phase};
 use super::{Identity, Move};
-use crate::table::ReadAt;
+use crate::io::ReadAt;
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-/// $BLKALIGN_STATE_DIR, else /var/lib/blkalign.
-fn base() -> PathBuf {
-    std::env::var_os("BLKALIGN_STATE_DIR").map_or_else(|| "/var/lib/blkalign".into(), PathBuf::from)
+/// Where records and default journals live: $BLKALIGN_STATE_DIR, else
+/// /var/lib/blkalign. A value, not a global, so that a library caller (or
+/// a test) can keep its moves apart.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Store {
+    base: PathBuf,
 }
 
-/// Where records live.
-pub fn dir() -> PathBuf {
-    base().join("realign")
-}
-
-/// Where journals of block devices go unless --journal says otherwise.
-pub fn journal_dir() -> PathBuf {
-    base().join("journals")
+impl Default for Store {
+    fn default() -> Store {
+        let base = std::env::var_os("BLKALIGN_STATE_DIR")
+            .map_or_else(|| "/var/lib/blkalign".into(), PathBuf::from);
+        Store { base }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,32 +35,103 @@ pub struct Record {
     pub partition: u32,
 }
 
-/// The record file for a journal: one per journal, named by a hash of its
-/// absolute path.
-fn record_path(journal: &Path) -> PathBuf {
-    let key = crc32fast::hash(journal.as_os_str().as_encoded_bytes());
-    dir().join(format!("{key:08x}.json"))
-}
+impl Store {
+    pub fn new(base: PathBuf) -> Store {
+        Store { base }
+    }
 
-/// Note that the move in `journal` (an absolute path) is under way.
-pub fn add(journal: &Path, m: &Move) -> std::io::Result<()> {
-    fs::create_dir_all(dir())?;
-    let record =
-        Record { journal: journal.to_path_buf(), target: m.target.clone(), partition: m.partition };
-    let path = record_path(journal);
-    let tmp = path.with_extension("tmp");
-    let mut f = fs::File::create(&tmp)?;
-    f.write_all(&serde_json::to_vec_pretty(&record)?)?;
-    f.sync_all()?;
-    fs::rename(&tmp, &path)?;
-    crate::device::exclusive::sync_parent(&path)
-}
+    /// Where records live.
+    pub fn dir(&self) -> PathBuf {
+        self.base.join("realign")
+    }
 
-/// Forget the record of a finished move.
-pub fn remove(journal: &Path) -> std::io::Result<()> {
-    match fs::remove_file(record_path(journal)) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+    /// Where journals of block devices go unless --journal says otherwise.
+    pub fn journal_dir(&self) -> PathBuf {
+        self.base.join("journals")
+    }
+
+    /// The record file for a journal: one per journal, named by a hash of its
+    /// absolute path.
+    fn record_path(&self, journal: &Path) -> PathBuf {
+        let key = crc32fast::hash(journal.as_os_str().as_encoded_bytes());
+        self.dir().join(format!("{key:08x}.json"))
+    }
+
+    /// Note that the move in `journal` (an absolute path) is under way.
+    pub fn add(&self, journal: &Path, m: &Move) -> std::io::Result<()> {
+        fs::create_dir_all(self.dir())?;
+        let record = Record {
+            journal: journal.to_path_buf(),
+            target: m.target.clone(),
+            partition: m.partition,
+        };
+        let path = self.record_path(journal);
+        let tmp = path.with_extension("tmp");
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(&serde_json::to_vec_pretty(&record)?)?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        crate::device::exclusive::sync_parent(&path)
+    }
+
+    /// Forget the record of a finished move.
+    pub fn remove(&self, journal: &Path) -> std::io::Result<()> {
+        match fs::remove_file(self.record_path(journal)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Delete the journal at `path` (and any record naming it) if its move is
+    /// done: copied, verified, the table written, so it holds nothing a rerun
+    /// needs. Returns the journal as it was when removed, None when the move
+    /// is unfinished (then nothing is touched).
+    pub fn remove_finished(&self, path: &Path) -> Result<Option<Journal>, JournalError> {
+        let journal = Journal::open(path)?;
+        if journal.state.phase != Phase::Done {
+            return Ok(None);
+        }
+        let err = |source| JournalError::Io { path: path.to_path_buf(), source };
+        let absolute = fs::canonicalize(path).map_err(err)?;
+        self.remove(&absolute).map_err(err)?;
+        fs::remove_file(path).map_err(err)?;
+        crate::device::exclusive::sync_parent(path).map_err(err)?;
+        Ok(Some(journal))
+    }
+
+    /// The journals in the journal directory and at `others` (each path
+    /// once, sorted); files that are not journals are left out.
+    pub fn journals(&self, others: impl IntoIterator<Item = PathBuf>) -> Vec<Journal> {
+        let listed = fs::read_dir(self.journal_dir()).into_iter().flatten().flatten();
+        let mut paths: Vec<PathBuf> = listed
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "journal"))
+            .chain(others)
+            .collect();
+        paths.sort();
+        paths.dedup();
+        paths.iter().filter_map(|p| Journal::open(p).ok()).collect()
+    }
+
+    /// Every record whose journal exists and is not done.
+    pub fn unfinished(&self) -> Vec<(Record, Journal)> {
+        let Ok(entries) = fs::read_dir(self.dir()) else { return Vec::new() };
+        let mut out: Vec<(Record, Journal)> = entries
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+            .filter_map(|e| serde_json::from_slice::<Record>(&fs::read(e.path()).ok()?).ok())
+            .filter_map(|r| {
+                let j = Journal::open(&r.journal).ok()?;
+                (j.state.phase != Phase::Done).then_some((r, j))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.journal.cmp(&b.0.journal));
+        out
+    }
+
+    /// The unfinished move that applies to this disk, if any.
+    pub fn unfinished_on(&self, dev: &dyn ReadAt, id: &Identity) -> Option<(Record, Journal)> {
+        self.unfinished().into_iter().find(|(_, j)| applies(&j.record, dev, id))
     }
 }
 
@@ -67,44 +139,6 @@ pub fn remove(journal: &Path) -> std::io::Result<()> {
 /// `target`: said the same way wherever a move is left unfinished.
 pub fn finish_command(target: &Path, partition: u32) -> String {
     format!("blkalign realign {} {partition} --yes", target.display())
-}
-
-/// Delete the journal at `path` (and any record naming it) if its move is
-/// done: copied, verified, the table written, so it holds nothing a rerun
-/// needs. Returns the journal as it was when removed, None when the move
-/// is unfinished (then nothing is touched).
-pub fn remove_finished(path: &Path) -> Result<Option<Journal>, JournalError> {
-    let journal = Journal::open(path)?;
-    if journal.state.phase != Phase::Done {
-        return Ok(None);
-    }
-    let err = |source| JournalError::Io { path: path.to_path_buf(), source };
-    let absolute = fs::canonicalize(path).map_err(err)?;
-    remove(&absolute).map_err(err)?;
-    fs::remove_file(path).map_err(err)?;
-    crate::device::exclusive::sync_parent(path).map_err(err)?;
-    Ok(Some(journal))
-}
-
-/// Every record whose journal exists and is not done.
-pub fn unfinished() -> Vec<(Record, Journal)> {
-    let Ok(entries) = fs::read_dir(dir()) else { return Vec::new() };
-    let mut out: Vec<(Record, Journal)> = entries
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-        .filter_map(|e| serde_json::from_slice::<Record>(&fs::read(e.path()).ok()?).ok())
-        .filter_map(|r| {
-            let j = Journal::open(&r.journal).ok()?;
-            (j.state.phase != Phase::Done).then_some((r, j))
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.journal.cmp(&b.0.journal));
-    out
-}
-
-/// The unfinished move that applies to this disk, if any.
-pub fn unfinished_on(dev: &dyn ReadAt, id: &Identity) -> Option<(Record, Journal)> {
-    unfinished().into_iter().find(|(_, j)| applies(&j.record, dev, id))
 }
 
 /// Whether the move in `m` was made on this disk: same size (and serial
@@ -135,11 +169,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j");
         let mut j = Journal::create(&path, sample_move()).unwrap();
-        assert!(remove_finished(&path).unwrap().is_none());
+        assert!(Store::new(dir.path().into()).remove_finished(&path).unwrap().is_none());
         assert!(path.exists(), "an unfinished move keeps its journal");
         j.checksums = vec![0; j.record.chunks() as usize];
         j.commit(Phase::Done, j.record.chunks(), None).unwrap();
-        assert!(remove_finished(&path).unwrap().is_some());
+        assert!(Store::new(dir.path().into()).remove_finished(&path).unwrap().is_some());
         assert!(!path.exists());
     }
 

@@ -2,12 +2,13 @@
 //! of fdisk and lsblk, and a summary line.
 
 use super::table::{self, fill, Column, Kind, Style, Units};
-use super::{human_size, partition_name, PARTITION_NAME_ABOUT};
+use super::{partition_name, PARTITION_NAME_ABOUT};
 use crate::align::Class;
 use crate::audit::{DiskAudit, LayerAudit, OriginAudit, PartitionAudit};
 use crate::device::drive::{Answer, Drive};
 use crate::device::{Source, Sourced, Topology};
 use crate::table::{types, PartKind, Severity};
+use crate::units::human_size;
 use std::fmt::Write;
 
 /// A line of the partition table: a partition, or a layer inside one.
@@ -71,6 +72,10 @@ pub fn columns<'a>() -> Vec<Column<Row<'a>>> {
                 Row::Layer(l) => layer_name(l),
             },
         ),
+        column("MOUNTPOINTS", "where it is mounted, [SWAP] for swap (as lsblk)", Text, |r, _| {
+            part(r, |_, p| p.mountpoints.join(","))
+        })
+        .on_request(),
         column("VERDICT", "aligned, suboptimal or misaligned", Verdict, |r, _| match r {
             Row::Partition(_, p) if !p.holds_data() => "-".to_string(),
             Row::Partition(_, p) => p.verdict.verdict.as_str().to_string(),
@@ -232,19 +237,20 @@ fn hint(a: &DiskAudit) -> Option<String> {
     }
     let data = || a.data_partitions();
     let path = a.path.display();
-    // Only audit reads a VM image (through QEMU); the rest works on raw.
-    if let Some(format) = a.image_format.filter(|_| data().next().is_some()) {
+    let misaligned = data().any(|p| p.verdict.verdict == Class::Misaligned);
+    // realign moves a VM image's partitions through QEMU; advise wants raw.
+    let vm_image = a.image_format.filter(|_| !misaligned && data().next().is_some());
+    if let Some(format) = vm_image {
         let raw = crate::advise::shell_word(&a.path.with_extension("raw"));
         let image = crate::advise::shell_word(&a.path);
         // qemu-img's name for VHD.
         let format = if format == "vhd" { "vpc" } else { format };
         return Some(format!(
-            "blkalign changes raw images only: `qemu-img convert -f {format} -O raw {image} \
-             {raw}`, then `blkalign realign {raw}` or `blkalign advise {raw}` (and `qemu-img \
-             convert -O {format}` back)"
+            "`blkalign advise` reads raw images only: `qemu-img convert -f {format} -O raw \
+             {image} {raw}`, then `blkalign advise {raw}`"
         ));
     }
-    if data().any(|p| p.verdict.verdict == Class::Misaligned) {
+    if misaligned {
         Some(format!(
             "`blkalign realign {path}` shows how to move the misaligned partitions to aligned \
              starts, keeping their data (add --yes to move)"

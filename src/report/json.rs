@@ -89,6 +89,7 @@ struct Partition<'a> {
     /// The stacked devices the kernel has open above it (sysfs holders),
     /// each where its bytes land on the disk.
     holders: &'a [OriginAudit],
+    mountpoints: &'a [String],
 }
 
 pub fn render(audits: &[DiskAudit]) -> String {
@@ -162,5 +163,6 @@ fn partition(p: &PartitionAudit) -> Partition<'_> {
         selected: p.selected,
         layers: &p.layers,
         holders: &p.holders,
+        mountpoints: &p.mountpoints,
     }
 }

@@ -20,29 +20,13 @@ pub const PARTITION_NAME_ABOUT: &str =
 pub fn partition_name(disk: Option<&str>, path: &std::path::Path, number: u32) -> String {
     let file = || path.file_name().map(|f| f.to_string_lossy().into_owned());
     let base = disk.map(str::to_string).or_else(file).unwrap_or_default();
-    let p = if base.ends_with(|c: char| c.is_ascii_digit()) { "p" } else { "" };
-    format!("{base}{p}{number}")
-}
-
-/// Bytes in binary units, as lsblk prints them ("1.8T" becomes "1.8 TiB").
-pub fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 || value.fract() == 0.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
+    crate::device::partition_name(&base, number)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{human_size, partition_name};
+    use super::partition_name;
+    use crate::units::human_size;
     use std::path::Path;
 
     #[test]

@@ -59,7 +59,7 @@ impl Units {
     /// A size or offset of `bytes`: binary units, or the exact count.
     pub fn size(self, bytes: u64) -> String {
         match self {
-            Units::Human => super::human_size(bytes),
+            Units::Human => crate::units::human_size(bytes),
             Units::Bytes => bytes.to_string(),
         }
     }

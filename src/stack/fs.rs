@@ -5,8 +5,8 @@
 use super::layers::{Details, Found, Layer};
 use super::signature::{fat_bpb, swap_page, Contents, Kind, Region};
 use super::zfs;
-use crate::table::{be_u16, be_u32};
-use crate::table::{le_u16, le_u32};
+use crate::io::{be_u16, be_u32};
+use crate::io::{le_u16, le_u32};
 
 /// The layer for `contents`, which holds no further layers.
 pub(crate) fn found(region: &Region, contents: &Contents) -> Found {

@@ -5,7 +5,7 @@
 
 use super::signature::{identify, Contents, Kind, Region};
 use super::{fs, luks, lvm, md};
-use crate::table::ReadAt;
+use crate::io::ReadAt;
 use serde::Serialize;
 
 /// Deeper or wider stacks than these are not real: guards against crafted

@@ -3,7 +3,7 @@
 
 use super::layers::{Details, Found, Layer};
 use super::signature::{text, Contents, Region};
-use crate::table::{be_u16, be_u32, be_u64};
+use crate::io::{be_u16, be_u32, be_u64};
 
 /// LUKS1 counts in 512-byte sectors and always encrypts 512-byte sectors.
 const SECTOR: u64 = 512;

@@ -6,7 +6,7 @@
 
 use super::layers::{Details, Found, Layer};
 use super::signature::{has, lvm_crc, lvm_label, Contents, Kind, Region};
-use crate::table::{le_u32, le_u64};
+use crate::io::{le_u32, le_u64};
 
 const SECTOR: u64 = 512;
 const MDA_MAGIC: &[u8] = b" LVM2 x[5A%r0N*>";

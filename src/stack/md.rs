@@ -4,8 +4,8 @@
 
 use super::layers::{Details, Found, Layer};
 use super::signature::{md_superblock, Contents, Region, MD_MAGIC};
-use crate::table::be_u32;
-use crate::table::{le_u16, le_u32, le_u64};
+use crate::io::be_u32;
+use crate::io::{le_u16, le_u32, le_u64};
 
 const LINEAR: i32 = -1;
 /// raid5/6 layouts that put the first data chunk on the member in slot 0.

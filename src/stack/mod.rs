@@ -7,14 +7,12 @@ mod layers;
 mod luks;
 mod lvm;
 mod md;
-mod shrink;
 mod signature;
 mod startrec;
 mod verdict;
 mod zfs;
 
 pub use layers::{walk, Details, Layer};
-pub use shrink::shrink_node;
 pub use signature::{identify, Contents, Kind};
 pub use startrec::{start_fixups, Patch, StackError};
 pub use verdict::{judge, LayerVerdict};

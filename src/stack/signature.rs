@@ -1,7 +1,7 @@
 //! Recognising what a partition holds from its own headers, at the places
 //! libblkid looks, so that our names agree with `blkid -p`.
 
-use crate::table::{be_u16, be_u32, be_u64, le_u16, le_u32, le_u64, ReadAt};
+use crate::io::{be_u16, be_u32, be_u64, le_u16, le_u32, le_u64, ReadAt};
 use serde::Serialize;
 use std::io;
 

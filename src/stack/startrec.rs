@@ -3,7 +3,7 @@
 //! fsck check them, and boot code uses them to find the volume.
 
 use super::signature::{fat_bpb, identify, Kind, Region};
-use crate::table::{le_u16, le_u32, le_u64, ReadAt};
+use crate::io::{le_u16, le_u32, le_u64, ReadAt};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 

@@ -3,7 +3,7 @@
 //! and the top-level vdev's `ashift`.
 
 use super::signature::Region;
-use crate::table::{be_u32, be_u64};
+use crate::io::{be_u32, be_u64};
 
 const LABEL_BYTES: u64 = 256 << 10;
 const NVLIST_AT: u64 = 16 << 10;

@@ -6,7 +6,8 @@
 //! units whatever the disk's logical sector.
 
 use super::foreign::{in_logical_sectors, read_bytes};
-use super::{be_u32, Label, Layout, PartKind, Partition, Problem, ReadAt, TableError};
+use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use crate::io::{be_u32, ReadAt};
 
 /// "RDSK" and "PART".
 const RDSK: u32 = 0x5244_534B;

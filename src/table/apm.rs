@@ -3,8 +3,9 @@
 //! entries fill blocks 1 to N, and Linux numbers them in that order.
 
 use super::foreign::{in_logical_sectors, libblkid_differs, read_bytes};
-use super::{be_u16, be_u32};
-use super::{Label, Layout, PartKind, Partition, Problem, ReadAt, TableError};
+use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use crate::io::ReadAt;
+use crate::io::{be_u16, be_u32};
 
 const DRIVER_MAGIC: u16 = 0x4552; // "ER"
 const ENTRY_MAGIC: u16 = 0x504D; // "PM"

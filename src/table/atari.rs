@@ -6,7 +6,8 @@
 //! its four entries looks valid. Linux reads it only on 512-byte sectors.
 
 use super::foreign::{in_logical_sectors, read_bytes};
-use super::{be_u32, Label, Layout, PartKind, Partition, Problem, ReadAt, TableError};
+use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use crate::io::{be_u32, ReadAt};
 
 /// Where the four AHDI entries and the eight ICD ones sit.
 const ENTRIES_AT: usize = 0x1C6;

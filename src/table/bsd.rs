@@ -3,11 +3,10 @@
 //! reads), and nested in MBR slices of type 0xA5, 0xA6 or 0xA9 (read as
 //! Linux's msdos.c parse_bsd reads them). Positions count 512-byte units.
 
-use super::be_u16;
 use super::foreign::{in_logical_sectors, libblkid_differs, read_bytes};
-use super::{
-    le_u16, le_u32, types, Label, Layout, PartKind, Partition, Problem, ReadAt, TableError,
-};
+use super::{types, Label, Layout, PartKind, Partition, Problem, TableError};
+use crate::io::be_u16;
+use crate::io::{le_u16, le_u32, ReadAt};
 
 const MAGIC: u32 = 0x8256_4557;
 /// Offsets in a label of d_magic2, d_npartitions and d_partitions.

@@ -3,9 +3,9 @@
 //! the edit does not mean to change (boot code, GUIDs, names, attributes,
 //! flags, unknown fields) stays as it was read.
 
-use super::write::{set_mbr_start, GptBytes, MbrBytes, TableBytes};
-use super::{gpt, le_u32, le_u64, mbr, read_lba, read_sectors, Layout, PartKind, Partition};
-use super::{Label, ReadAt};
+use super::write::{GptBytes, MbrBytes, TableBytes};
+use super::{gpt, mbr, Label, Layout, PartKind, Partition};
+use crate::io::{read_lba, read_sectors, ReadAt};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EditError {
@@ -114,27 +114,27 @@ impl TableBytes {
 fn move_gpt(g: &mut GptBytes, p: &Partition, first: u64, last: u64) -> Result<(), EditError> {
     let size = g.entry_size as usize;
     let at = (p.number as usize).checked_sub(1).and_then(|slot| slot.checked_mul(size));
-    let entry = at.and_then(|at| g.entries.get_mut(at..at.checked_add(size)?));
-    let entry = entry.filter(|e| e.len() >= 48).ok_or(EditError::Stale(p.number))?;
-    if le_u64(entry, 32) != Some(p.start) {
-        return Err(EditError::Stale(p.number));
-    }
+    let raw = at.and_then(|at| g.entries.get_mut(at..at.checked_add(size)?));
+    let raw = raw.ok_or(EditError::Stale(p.number))?;
+    let mut entry = gpt::Entry::parse(raw).filter(|e| e.first_lba == p.start);
+    let entry = entry.as_mut().ok_or(EditError::Stale(p.number))?;
     if first < g.first_usable_lba || last > g.last_usable_lba {
         return Err(EditError::Range(p.number, first, "outside the GPT's usable area"));
     }
-    entry[32..40].copy_from_slice(&first.to_le_bytes());
-    entry[40..48].copy_from_slice(&last.to_le_bytes());
+    (entry.first_lba, entry.last_lba) = (first, last);
+    let encoded = entry.encode();
+    raw[..encoded.len()].copy_from_slice(&encoded);
     Ok(())
 }
 
 fn move_primary(m: &mut MbrBytes, p: &Partition, new_start: u64) -> Result<(), EditError> {
     let slot = (p.number as usize).checked_sub(1).filter(|&s| s < 4);
     let slot = slot.ok_or(EditError::Stale(p.number))?;
-    if entry_start(&m.mbr, slot) != Some(p.start) {
-        return Err(EditError::Stale(p.number));
-    }
+    let mut e = mbr::entry_at(&m.mbr, slot).filter(|e| u64::from(e.start_lba) == p.start);
+    let e = e.as_mut().ok_or(EditError::Stale(p.number))?;
     let stored = mbr_u32(p, new_start.checked_add(p.size).map(|_| new_start))?;
-    set_mbr_start(&mut m.mbr, slot, stored, new_start);
+    e.place(stored, new_start);
+    mbr::put_entry(&mut m.mbr, slot, e);
     Ok(())
 }
 
@@ -150,13 +150,14 @@ fn move_logical(m: &mut MbrBytes, p: &Partition, new_start: u64) -> Result<(), E
         relative.ok_or(EditError::Range(p.number, new_start, "it must follow its EBR"))?;
     let stored = mbr_u32(p, Some(relative))?;
     let sector = &mut m.ebrs[index].1;
-    let slot = (0..4).find(|&s| {
-        let e = entry(sector, s);
-        e.is_some_and(|e| !e.is_empty() && !e.is_extended())
-            && entry_start(sector, s).and_then(|r| r.checked_add(ebr_lba)) == Some(p.start)
+    let found = (0..4).find_map(|s| {
+        let e = mbr::entry_at(sector, s)?;
+        let here = u64::from(e.start_lba).checked_add(ebr_lba) == Some(p.start);
+        (!e.is_empty() && !e.is_extended() && here).then_some((s, e))
     });
-    let slot = slot.ok_or(EditError::Stale(p.number))?;
-    set_mbr_start(sector, slot, stored, new_start);
+    let (slot, mut e) = found.ok_or(EditError::Stale(p.number))?;
+    e.place(stored, new_start);
+    mbr::put_entry(sector, slot, &e);
     if let Some(previous) = index.checked_sub(1) {
         relink(&mut m.ebrs[previous].1, p, ebr_lba, new_start)?;
     }
@@ -170,21 +171,15 @@ fn relink(sector: &mut [u8], p: &Partition, ebr_lba: u64, new_start: u64) -> Res
     let new_span = new_start.checked_add(p.size).and_then(|e| e.checked_sub(ebr_lba));
     let new_span = mbr_u32(p, new_span)?;
     for slot in 0..4 {
-        let Some(e) = entry(sector, slot).filter(|e| e.is_extended()) else { continue };
+        let Some(mut e) = mbr::entry_at(sector, slot).filter(|e| e.is_extended()) else {
+            continue;
+        };
         if Some(u64::from(e.sectors)) == old_span {
-            let at = mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE + 12;
-            sector[at..at + 4].copy_from_slice(&new_span.to_le_bytes());
+            e.sectors = new_span;
+            mbr::put_entry(sector, slot, &e);
         }
     }
     Ok(())
-}
-
-fn entry(sector: &[u8], slot: usize) -> Option<mbr::Entry> {
-    mbr::Entry::parse(sector.get(mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE..)?)
-}
-
-fn entry_start(sector: &[u8], slot: usize) -> Option<u64> {
-    le_u32(sector, mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE + 8).map(u64::from)
 }
 
 fn mbr_u32(p: &Partition, v: Option<u64>) -> Result<u32, EditError> {
@@ -195,7 +190,7 @@ fn mbr_u32(p: &Partition, v: Option<u64>) -> Result<u32, EditError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::fixtures::{gpt_image, mbr_entry, mbr_extended};
+    use crate::table::fixtures::{edit_header, gpt_image, mbr_entry, mbr_extended};
     use crate::table::{read, write::encode};
 
     fn apply(img: &mut [u8], table: &TableBytes) {
@@ -247,7 +242,7 @@ mod tests {
     fn logical_move_relinks_the_previous_ebr() {
         let (img, _) = moved(mbr_extended(), 512, 7, 200);
         assert_eq!(
-            entry(&img[128 * 512..], 1).unwrap().sectors,
+            mbr::entry_at(&img[128 * 512..], 1).unwrap().sectors,
             64,
             "a link of its own size stays"
         );
@@ -256,7 +251,7 @@ mod tests {
         let (img, after) = moved(fdisk_style, 512, 7, 200);
         let got: Vec<_> = after.partitions.iter().map(|p| (p.number, p.start, p.size)).collect();
         assert_eq!(got, [(1, 1, 63), (2, 64, 256), (5, 65, 63), (6, 129, 63), (7, 200, 100)]);
-        let link = entry(&img[128 * 512..129 * 512], 1).unwrap();
+        let link = mbr::entry_at(&img[128 * 512..129 * 512], 1).unwrap();
         assert_eq!((link.start_lba, link.sectors), (128, 108), "spans EBR 192 to the new end");
     }
 
@@ -283,8 +278,7 @@ mod tests {
     #[test]
     fn a_damaged_backup_is_not_rewritten() {
         let mut img = gpt_image(512, 256, 128, &[(40, 99, "a")]);
-        img[255 * 512 + 72..255 * 512 + 80].copy_from_slice(&100_000u64.to_le_bytes());
-        crate::table::fixtures::reseal(&mut img, 512, 255);
+        edit_header(&mut img, 512, 255, |h| h.entries_lba = 100_000);
         let layout = read(&img, 512, img.len() as u64).unwrap();
         assert_eq!(layout.problems[0].code, "gpt_backup_invalid");
         let err = read_bytes(&img, &layout).unwrap_err();
@@ -296,11 +290,8 @@ mod tests {
     #[test]
     fn a_backup_array_of_another_size_is_not_overwritten() {
         let mut img = gpt_image(512, 256, 128, &[(40, 99, "a")]);
-        let h = 255 * 512;
-        img[h + 80..h + 84].copy_from_slice(&64u32.to_le_bytes());
         let crc = crc32fast::hash(&img[223 * 512..223 * 512 + 64 * 128]);
-        img[h + 88..h + 92].copy_from_slice(&crc.to_le_bytes());
-        crate::table::fixtures::reseal(&mut img, 512, 255);
+        edit_header(&mut img, 512, 255, |h| (h.entry_count, h.entries_crc) = (64, crc));
         let layout = read(&img, 512, img.len() as u64).unwrap();
         assert_eq!(layout.problems[0].code, "gpt_backup_differs");
         let err = read_bytes(&img, &layout).unwrap_err();

@@ -2,9 +2,9 @@
 //! readers of the other schemes (BSD, Sun, SGI, Apple) share: reads that
 //! may find the device too short, and positions counted in 512-byte units.
 
-use super::{
-    apm, bsd, le_u16, le_u32, mbr, sgi, sun, types, Layout, PartKind, Partition, Problem, ReadAt,
-};
+use super::{apm, bsd, mbr, sgi, sun, types, Layout, PartKind, Partition, Problem};
+
+use crate::io::{le_u16, le_u32, ReadAt};
 use std::io;
 
 /// `len` bytes from byte `offset`, or None when the device ends first.
@@ -140,9 +140,7 @@ pub fn nested(dev: &dyn ReadAt, slice: &Partition, sector_size: u64) -> Option<&
     match kind {
         0x81 => {
             let s = at(0, 512)?;
-            (le_u16(&s, 510) == Some(mbr::SIGNATURE)
-                && s.get(mbr::ENTRIES_OFFSET + 4) == Some(&0x81))
-            .then_some("minix")
+            mbr::Mbr::parse(&s).filter(|m| m.entries[0].kind == 0x81).map(|_| "minix")
         }
         0x63 => {
             let s = at(29, 512)?;
@@ -181,7 +179,8 @@ fn sysv68(_dev: &dyn ReadAt, sector0: &[u8], _size_bytes: u64) -> Option<&'stati
 /// What the tests of the other schemes' readers share.
 #[cfg(test)]
 pub(crate) mod test_support {
-    use crate::table::{read, Label, Layout, ReadAt, TableError};
+    use crate::io::ReadAt;
+    use crate::table::{read, Label, Layout, TableError};
 
     type ReadInto = fn(&dyn ReadAt, &mut Layout) -> Result<bool, TableError>;
     /// Recomputes a label's checksum after it was changed.
@@ -253,7 +252,7 @@ mod tests {
         assert_eq!(before_mbr(&ldm, 512), Some("ldm"));
 
         let mut pc98 = vec![0u8; 64 * 512];
-        pc98[510..512].copy_from_slice(&[0x55, 0xAA]);
+        mbr::sign(&mut pc98);
         pc98[4..8].copy_from_slice(b"IPL1");
         assert_eq!(before_mbr(&pc98, 512), Some("pc98"));
         assert_eq!(before_mbr(&pc98, 4096), None);

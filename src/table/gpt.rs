@@ -1,10 +1,9 @@
 //! GPT: a header at LBA 1 and its backup at the last LBA, each pointing at
 //! a copy of the partition entry array.
 
-use super::{
-    le_u32, le_u64, read_lba, read_sectors, GptInfo, Label, Layout, PartKind, Partition, Problem,
-    ReadAt, TableError,
-};
+use super::{GptInfo, Label, Layout, PartKind, Partition, Problem, TableError};
+
+use crate::io::{le_u32, le_u64, read_lba, read_sectors, ReadAt};
 use std::fmt;
 
 pub const SIGNATURE: &[u8; 8] = b"EFI PART";
@@ -18,6 +17,62 @@ pub const ENTRY_SIZE: u32 = 128;
 pub const MAX_ENTRIES_BYTES: u64 = 16 << 20;
 /// Offset of the header CRC, zeroed while computing it.
 pub(crate) const HEADER_CRC_AT: usize = 16;
+const HEADER_BYTES: usize = HEADER_SIZE as usize;
+const ENTRY_BYTES: usize = ENTRY_SIZE as usize;
+/// The entry array a new table gets: 128 entries of 128 bytes, as every
+/// tool writes it.
+pub const NEW_ARRAY_BYTES: u64 = 128 * 128;
+
+/// Why a header's bytes are not a GPT header.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    #[error("header has no \"EFI PART\" signature")]
+    Signature,
+    #[error("header is truncated")]
+    Truncated,
+    #[error("header revision {0:#010x} is not 1.x")]
+    Revision(u32),
+    #[error("header size {size} is outside {HEADER_SIZE}..={sector}")]
+    Size { size: u32, sector: usize },
+    #[error("header CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    Crc { stored: u32, computed: u32 },
+}
+
+/// Why one copy of the table (a header and its entry array) is unusable;
+/// phrased to follow "primary GPT " or similar.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    #[error("header at LBA {0} lies past the end of the device")]
+    PastEnd(u64),
+    #[error("header at LBA {0} cannot be read: {1}")]
+    HeaderUnreadable(u64, std::io::Error),
+    #[error(transparent)]
+    Header(#[from] HeaderError),
+    #[error("header at LBA {lba} says it lives at LBA {my_lba}")]
+    Misplaced { lba: u64, my_lba: u64 },
+    #[error("header gives an invalid entry size of {0} bytes")]
+    EntrySize(u32),
+    #[error("header gives an implausible entry array of {0} bytes")]
+    ArrayTooLarge(u64),
+    #[error("header's first usable LBA {0} is after its last usable LBA {1}")]
+    Inverted(u64, u64),
+    #[error("entry array at LBA {0} runs past the end of the device")]
+    ArrayPastEnd(u64),
+    #[error("entry array at LBA {0} cannot be read: {1}")]
+    ArrayUnreadable(u64, std::io::Error),
+    #[error("entry array too large")]
+    ArrayBytes,
+    #[error("entry array is truncated")]
+    ArrayTruncated,
+    #[error("entry array CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")]
+    ArrayCrc { stored: u32, computed: u32 },
+    #[error("entry size too large")]
+    EntryBytes,
+    #[error("entry is truncated")]
+    EntryTruncated,
+    #[error("device has no room for a backup header")]
+    NoRoom,
+}
 
 /// A GUID as stored: the first three fields little-endian.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,32 +151,27 @@ pub struct Header {
 
 impl Header {
     /// Decode a header from its sector, checking what the bytes alone can
-    /// tell: signature, revision, size and CRC. The error says why, in words.
-    pub fn parse(sector: &[u8]) -> Result<Header, String> {
+    /// tell: signature, revision, size and CRC.
+    pub fn parse(sector: &[u8]) -> Result<Header, HeaderError> {
         if sector.get(..8) != Some(SIGNATURE.as_slice()) {
-            return Err("header has no \"EFI PART\" signature".into());
+            return Err(HeaderError::Signature);
         }
-        let short = || "header is truncated".to_string();
-        let revision = le_u32(sector, 8).ok_or_else(short)?;
+        let revision = le_u32(sector, 8).ok_or(HeaderError::Truncated)?;
         if revision >> 16 != REVISION >> 16 {
-            return Err(format!("header revision {revision:#010x} is not 1.x"));
+            return Err(HeaderError::Revision(revision));
         }
-        let header_size = le_u32(sector, 12).ok_or_else(short)?;
+        let header_size = le_u32(sector, 12).ok_or(HeaderError::Truncated)?;
         let raw = usize::try_from(header_size)
             .ok()
-            .filter(|&n| n >= HEADER_SIZE as usize)
+            .filter(|&n| n >= HEADER_BYTES)
             .and_then(|n| sector.get(..n))
-            .ok_or_else(|| {
-                format!("header size {header_size} is outside {HEADER_SIZE}..={}", sector.len())
-            })?;
-        let header_crc = le_u32(raw, HEADER_CRC_AT).ok_or_else(short)?;
+            .ok_or(HeaderError::Size { size: header_size, sector: sector.len() })?;
+        let header_crc = le_u32(raw, HEADER_CRC_AT).ok_or(HeaderError::Truncated)?;
         let computed = header_crc_of(raw);
         if computed != header_crc {
-            return Err(format!(
-                "header CRC mismatch (stored {header_crc:#010x}, computed {computed:#010x})"
-            ));
+            return Err(HeaderError::Crc { stored: header_crc, computed });
         }
-        Self::fields(raw, revision, header_size, header_crc).ok_or_else(short)
+        Self::fields(raw, revision, header_size, header_crc).ok_or(HeaderError::Truncated)
     }
 
     fn fields(raw: &[u8], revision: u32, header_size: u32, header_crc: u32) -> Option<Header> {
@@ -139,6 +189,32 @@ impl Header {
             entry_size: le_u32(raw, 84)?,
             entries_crc: le_u32(raw, 88)?,
         })
+    }
+
+    /// The 92 bytes we know, every field as it is (the CRC too: see
+    /// [`Header::seal`]); `parse` reads them back.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut raw = [0u8; HEADER_BYTES];
+        put(&mut raw, 0, SIGNATURE);
+        put(&mut raw, 8, &self.revision.to_le_bytes());
+        put(&mut raw, 12, &self.header_size.to_le_bytes());
+        put(&mut raw, HEADER_CRC_AT, &self.header_crc.to_le_bytes());
+        put(&mut raw, 24, &self.my_lba.to_le_bytes());
+        put(&mut raw, 32, &self.alternate_lba.to_le_bytes());
+        put(&mut raw, 40, &self.first_usable_lba.to_le_bytes());
+        put(&mut raw, 48, &self.last_usable_lba.to_le_bytes());
+        put(&mut raw, 56, &self.disk_guid.0);
+        put(&mut raw, 72, &self.entries_lba.to_le_bytes());
+        put(&mut raw, 80, &self.entry_count.to_le_bytes());
+        put(&mut raw, 84, &self.entry_size.to_le_bytes());
+        put(&mut raw, 88, &self.entries_crc.to_le_bytes());
+        raw
+    }
+
+    /// Set the header CRC to that of the encoded header (which is the
+    /// whole header when `header_size` is [`HEADER_SIZE`]).
+    pub fn seal(&mut self) {
+        self.header_crc = header_crc_of(&self.encode());
     }
 
     /// Bytes of the entry array (cannot overflow: both factors are u32).
@@ -188,6 +264,29 @@ impl Entry {
         })
     }
 
+    /// The 128 bytes `parse` reads back; bytes of a larger entry past them
+    /// are not ours to write.
+    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        let mut raw = [0u8; ENTRY_BYTES];
+        put(&mut raw, 0, &self.type_guid.0);
+        put(&mut raw, 16, &self.unique_guid.0);
+        put(&mut raw, 32, &self.first_lba.to_le_bytes());
+        put(&mut raw, 40, &self.last_lba.to_le_bytes());
+        put(&mut raw, 48, &self.attributes.to_le_bytes());
+        for (i, unit) in self.name.iter().enumerate() {
+            put(&mut raw, 56 + 2 * i, &unit.to_le_bytes());
+        }
+        raw
+    }
+
+    /// Store `name` as UTF-16, cut to the 36 units an entry holds.
+    pub fn set_name(&mut self, name: &str) {
+        self.name = [0; 36];
+        for (unit, u) in self.name.iter_mut().zip(name.encode_utf16()) {
+            *unit = u;
+        }
+    }
+
     pub fn is_used(&self) -> bool {
         !self.type_guid.is_zero()
     }
@@ -214,12 +313,12 @@ pub fn read_table(
     lba: u64,
     sector_size: u64,
     sectors: u64,
-) -> Result<Table, String> {
+) -> Result<Table, CopyError> {
     if lba >= sectors {
-        return Err(format!("header at LBA {lba} lies past the end of the device"));
+        return Err(CopyError::PastEnd(lba));
     }
-    let sector = read_lba(dev, lba, sector_size)
-        .map_err(|e| format!("header at LBA {lba} cannot be read: {e}"))?;
+    let sector =
+        read_lba(dev, lba, sector_size).map_err(|e| CopyError::HeaderUnreadable(lba, e))?;
     let header = Header::parse(&sector)?;
     check_header(&header, lba, sector_size, sectors)?;
     let entries = read_entries(dev, &header, sector_size)?;
@@ -227,56 +326,40 @@ pub fn read_table(
 }
 
 /// Checks on a header's fields that the CRC cannot vouch for.
-fn check_header(h: &Header, lba: u64, sector_size: u64, sectors: u64) -> Result<(), String> {
+fn check_header(h: &Header, lba: u64, sector_size: u64, sectors: u64) -> Result<(), CopyError> {
     if h.my_lba != lba {
-        return Err(format!("header at LBA {lba} says it lives at LBA {}", h.my_lba));
+        return Err(CopyError::Misplaced { lba, my_lba: h.my_lba });
     }
     if h.entry_size < ENTRY_SIZE || h.entry_size % 8 != 0 {
-        return Err(format!("header gives an invalid entry size of {} bytes", h.entry_size));
+        return Err(CopyError::EntrySize(h.entry_size));
     }
     if h.entries_bytes() > MAX_ENTRIES_BYTES {
-        return Err(format!(
-            "header gives an implausible entry array of {} bytes",
-            h.entries_bytes()
-        ));
+        return Err(CopyError::ArrayTooLarge(h.entries_bytes()));
     }
     if h.first_usable_lba > h.last_usable_lba {
-        let (first, last) = (h.first_usable_lba, h.last_usable_lba);
-        return Err(format!(
-            "header's first usable LBA {first} is after its last usable LBA {last}"
-        ));
+        return Err(CopyError::Inverted(h.first_usable_lba, h.last_usable_lba));
     }
     let array_sectors = h.entries_bytes().div_ceil(sector_size);
     if h.entries_lba.checked_add(array_sectors).is_none_or(|end| end > sectors) {
-        return Err(format!(
-            "entry array at LBA {} runs past the end of the device",
-            h.entries_lba
-        ));
+        return Err(CopyError::ArrayPastEnd(h.entries_lba));
     }
     Ok(())
 }
 
-fn read_entries(dev: &dyn ReadAt, h: &Header, sector_size: u64) -> Result<Vec<Entry>, String> {
+fn read_entries(dev: &dyn ReadAt, h: &Header, sector_size: u64) -> Result<Vec<Entry>, CopyError> {
     let lba = h.entries_lba;
     let count = h.entries_bytes().div_ceil(sector_size);
     let raw = read_sectors(dev, lba, count, sector_size)
-        .map_err(|e| format!("entry array at LBA {lba} cannot be read: {e}"))?;
+        .map_err(|e| CopyError::ArrayUnreadable(lba, e))?;
     // Bounded by MAX_ENTRIES_BYTES, so it fits in usize.
-    let len =
-        usize::try_from(h.entries_bytes()).map_err(|_| "entry array too large".to_string())?;
-    let array = raw.get(..len).ok_or("entry array is truncated")?;
+    let len = usize::try_from(h.entries_bytes()).map_err(|_| CopyError::ArrayBytes)?;
+    let array = raw.get(..len).ok_or(CopyError::ArrayTruncated)?;
     let computed = crc32fast::hash(array);
     if computed != h.entries_crc {
-        let stored = h.entries_crc;
-        return Err(format!(
-            "entry array CRC mismatch (stored {stored:#010x}, computed {computed:#010x})"
-        ));
+        return Err(CopyError::ArrayCrc { stored: h.entries_crc, computed });
     }
-    let size = usize::try_from(h.entry_size).map_err(|_| "entry size too large".to_string())?;
-    array
-        .chunks_exact(size)
-        .map(|raw| Entry::parse(raw).ok_or_else(|| "entry is truncated".to_string()))
-        .collect()
+    let size = usize::try_from(h.entry_size).map_err(|_| CopyError::EntryBytes)?;
+    array.chunks_exact(size).map(|raw| Entry::parse(raw).ok_or(CopyError::EntryTruncated)).collect()
 }
 
 /// Whether LBA 1 holds a fully valid primary GPT.
@@ -301,7 +384,7 @@ pub(crate) fn read_into(
     let mut backup = if backup_lba > 1 {
         read_table(dev, backup_lba, ss, sectors)
     } else {
-        Err("device has no room for a backup header".to_string())
+        Err(CopyError::NoRoom)
     };
     // A primary pointing the wrong way must not hide a good backup at the end.
     if backup.is_err() && backup_lba != last && last > 1 {
@@ -440,4 +523,98 @@ fn partition(slot: u32, e: &Entry, h: &Header, problems: &mut Vec<Problem>) -> O
         name: e.name(),
         ebr: None,
     })
+}
+
+fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
+    buf[at..at + bytes.len()].copy_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn guid() -> impl Strategy<Value = Guid> {
+        any::<[u8; 16]>().prop_map(Guid)
+    }
+
+    fn header() -> impl Strategy<Value = Header> {
+        let lbas = any::<[u64; 5]>();
+        let counts = (any::<u16>(), any::<u32>(), any::<u32>(), any::<u32>());
+        (guid(), lbas, counts).prop_map(|(disk_guid, l, (minor, count, size, crc))| {
+            let mut h = Header {
+                revision: REVISION | u32::from(minor),
+                header_size: HEADER_SIZE,
+                header_crc: 0,
+                my_lba: l[0],
+                alternate_lba: l[1],
+                first_usable_lba: l[2],
+                last_usable_lba: l[3],
+                disk_guid,
+                entries_lba: l[4],
+                entry_count: count,
+                entry_size: size,
+                entries_crc: crc,
+            };
+            h.seal();
+            h
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn header_round_trips(h in header()) {
+            let raw = h.encode();
+            prop_assert_eq!(Header::parse(&raw), Ok(h));
+            prop_assert_eq!(Header::parse(&raw).map(|h| h.encode()), Ok(raw));
+        }
+
+        #[test]
+        fn entry_round_trips(raw in proptest::collection::vec(any::<u8>(), 128)) {
+            let e = Entry::parse(&raw).unwrap();
+            prop_assert_eq!(e.encode().to_vec(), raw);
+            prop_assert_eq!(Entry::parse(&e.encode()), Some(e));
+        }
+
+        #[test]
+        fn names_are_cut_to_36_units(name in "\\PC{0,40}") {
+            let mut e = Entry::parse(&[0u8; 128]).unwrap();
+            e.set_name(&name);
+            let units: Vec<u16> = name.encode_utf16().take(36).collect();
+            let want = String::from_utf16_lossy(&units);
+            prop_assert_eq!(e.name().unwrap_or_default(), want);
+        }
+    }
+
+    #[test]
+    fn header_errors_say_why() {
+        let mut h = Header::parse(&header_bytes()).unwrap();
+        assert_eq!(Header::parse(&[0u8; 92]), Err(HeaderError::Signature));
+        h.revision = 0x0002_0000;
+        h.seal();
+        assert_eq!(Header::parse(&h.encode()), Err(HeaderError::Revision(0x0002_0000)));
+        let mut raw = header_bytes();
+        raw[HEADER_CRC_AT] ^= 1;
+        let err = Header::parse(&raw).unwrap_err();
+        assert!(err.to_string().starts_with("header CRC mismatch (stored 0x"), "{err}");
+    }
+
+    fn header_bytes() -> [u8; HEADER_BYTES] {
+        let mut h = Header {
+            revision: REVISION,
+            header_size: HEADER_SIZE,
+            header_crc: 0,
+            my_lba: 1,
+            alternate_lba: 99,
+            first_usable_lba: 34,
+            last_usable_lba: 65,
+            disk_guid: Guid([7; 16]),
+            entries_lba: 2,
+            entry_count: 128,
+            entry_size: ENTRY_SIZE,
+            entries_crc: 0,
+        };
+        h.seal();
+        h.encode()
+    }
 }

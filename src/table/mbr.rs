@@ -1,14 +1,15 @@
 //! The MBR in LBA 0 and the chain of EBRs inside an extended partition.
 
-use super::{
-    gpt, le_u16, le_u32, read_lba, Label, Layout, MbrInfo, PartKind, Partition, Problem, ReadAt,
-    TableError,
-};
+use super::{gpt, Label, Layout, MbrInfo, PartKind, Partition, Problem, TableError};
+
+use crate::io::{le_u16, le_u32, read_lba, ReadAt};
 use crate::stack::{self as signature, Contents, Kind};
 use std::collections::HashSet;
 
 /// Bytes 510-511 of an MBR or EBR.
 pub const SIGNATURE: u16 = 0xAA55;
+const SIGNATURE_AT: usize = 510;
+const DISK_SIGNATURE_AT: usize = 440;
 /// Offset of the four partition entries.
 pub const ENTRIES_OFFSET: usize = 446;
 pub const ENTRY_SIZE: usize = 16;
@@ -44,6 +45,34 @@ impl Entry {
         })
     }
 
+    /// The 16 bytes `parse` reads back.
+    pub fn encode(&self) -> [u8; ENTRY_SIZE] {
+        let mut raw = [0u8; ENTRY_SIZE];
+        raw[0] = self.boot;
+        raw[1..4].copy_from_slice(&self.chs_first);
+        raw[4] = self.kind;
+        raw[5..8].copy_from_slice(&self.chs_last);
+        raw[8..12].copy_from_slice(&self.start_lba.to_le_bytes());
+        raw[12..16].copy_from_slice(&self.sectors.to_le_bytes());
+        raw
+    }
+
+    /// A new entry: type, start and size as stored (relative where EBRs
+    /// need it), CHS from the absolute LBA `abs_start`.
+    pub fn new(kind: u8, start: u32, sectors: u32, abs_start: u64) -> Entry {
+        let mut e = Entry { kind, sectors, ..Entry::default() };
+        e.place(start, abs_start);
+        e
+    }
+
+    /// Move to `start` (as stored) keeping size, type and boot flag; the
+    /// CHS fields follow the absolute LBA `abs_start`.
+    pub fn place(&mut self, start: u32, abs_start: u64) {
+        self.chs_first = chs(abs_start);
+        self.chs_last = chs(abs_start + u64::from(self.sectors.max(1)) - 1);
+        self.start_lba = start;
+    }
+
     /// Unused slot. Linux skips only entries of zero size: an entry of
     /// type 0x00 with sectors is a partition (hybrid ISOs use one).
     pub fn is_empty(&self) -> bool {
@@ -60,7 +89,7 @@ impl Entry {
 }
 
 /// A boot record: the MBR itself or an EBR (same layout).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Mbr {
     pub disk_signature: u32,
     pub entries: [Entry; 4],
@@ -69,14 +98,25 @@ pub struct Mbr {
 impl Mbr {
     /// Decode a boot record; None without the 0x55AA signature.
     pub fn parse(sector: &[u8]) -> Option<Mbr> {
-        if le_u16(sector, 510)? != SIGNATURE {
+        if le_u16(sector, SIGNATURE_AT)? != SIGNATURE {
             return None;
         }
-        let entry = |i: usize| Entry::parse(sector.get(ENTRIES_OFFSET + i * ENTRY_SIZE..)?);
+        let entry = |i: usize| entry_at(sector, i);
         Some(Mbr {
-            disk_signature: le_u32(sector, 440)?,
+            disk_signature: le_u32(sector, DISK_SIGNATURE_AT)?,
             entries: [entry(0)?, entry(1)?, entry(2)?, entry(3)?],
         })
+    }
+
+    /// Store the record in `sector` (at least 512 bytes), signed; the boot
+    /// code around it stays.
+    pub fn encode_into(&self, sector: &mut [u8]) {
+        sector[DISK_SIGNATURE_AT..DISK_SIGNATURE_AT + 4]
+            .copy_from_slice(&self.disk_signature.to_le_bytes());
+        for (slot, e) in self.entries.iter().enumerate() {
+            put_entry(sector, slot, e);
+        }
+        sign(sector);
     }
 
     /// Holds a 0xEE entry, protective or hybrid.
@@ -125,6 +165,35 @@ impl Mbr {
             ebrs: Vec::new(),
         }
     }
+}
+
+/// Entry `slot` of the boot record in `sector`, signed or not.
+pub fn entry_at(sector: &[u8], slot: usize) -> Option<Entry> {
+    Entry::parse(sector.get(ENTRIES_OFFSET + slot * ENTRY_SIZE..)?)
+}
+
+/// Store `e` as entry `slot` of the boot record in `sector`.
+pub fn put_entry(sector: &mut [u8], slot: usize, e: &Entry) {
+    let at = ENTRIES_OFFSET + slot * ENTRY_SIZE;
+    sector[at..at + ENTRY_SIZE].copy_from_slice(&e.encode());
+}
+
+/// Put the 0x55AA signature at the end of the boot record in `sector`.
+pub fn sign(sector: &mut [u8]) {
+    sector[SIGNATURE_AT..SIGNATURE_AT + 2].copy_from_slice(&SIGNATURE.to_le_bytes());
+}
+
+/// CHS in the 255-head, 63-sector geometry fdisk assumes, or the
+/// "beyond cylinder 1023" marker 1023/254/63 past it.
+fn chs(lba: u64) -> [u8; 3] {
+    let (heads, sectors) = (255u64, 63u64);
+    let cylinder = lba / (heads * sectors);
+    if cylinder > 1023 {
+        return [0xFE, 0xFF, 0xFF];
+    }
+    let head = (lba / sectors) % heads;
+    let sector = lba % sectors + 1;
+    [head as u8, (sector as u8) | ((cylinder >> 2) as u8 & 0xC0), cylinder as u8]
 }
 
 /// Read `mbr` as the kernel and libblkid do, into `layout`; false when
@@ -189,7 +258,7 @@ fn kernel_reads_boot_code(fs: &Contents, kernel: &Layout) -> Problem {
 
 /// What a valid GPT behind an MBR with partitions but no 0xEE entry is.
 fn behind_mbr(dev: &dyn ReadAt, size_bytes: u64) -> Problem {
-    if super::holds_iso(dev, size_bytes) {
+    if super::checks::holds_iso(dev, size_bytes) {
         Problem::new(
             "hybrid_iso",
             "a hybrid ISO image (xorriso/isohybrid): Linux and BIOS read its MBR, EFI firmware \
@@ -390,5 +459,43 @@ impl<'a> Chain<'a> {
             self.problem("ebr_link_outside", msg);
         }
         Some((next, u64::from(link.sectors)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn entry_round_trips(raw in any::<[u8; 16]>()) {
+            let e = Entry::parse(&raw).unwrap();
+            prop_assert_eq!(e.encode(), raw);
+            prop_assert_eq!(Entry::parse(&e.encode()), Some(e));
+        }
+
+        /// The MBR and the EBR share one layout: boot code and the bytes
+        /// between the disk signature and the entries are left as they are.
+        #[test]
+        fn boot_record_round_trips(mut raw in proptest::collection::vec(any::<u8>(), 512)) {
+            raw[510..].copy_from_slice(&[0x55, 0xAA]);
+            let record = Mbr::parse(&raw).unwrap();
+            let mut again = raw.clone();
+            record.encode_into(&mut again);
+            prop_assert_eq!(&again, &raw);
+            let mut blank = vec![0u8; 512];
+            record.encode_into(&mut blank);
+            prop_assert_eq!(Mbr::parse(&blank), Some(record));
+        }
+    }
+
+    #[test]
+    fn chs_as_fdisk_writes_it() {
+        assert_eq!(chs(0), [0, 1, 0]);
+        assert_eq!(chs(2048), [32, 33, 0]);
+        assert_eq!(chs(1 << 30), [0xFE, 0xFF, 0xFF]);
+        let e = Entry::new(0x83, 2048, 1, 2048);
+        assert_eq!((e.chs_first, e.chs_last, e.boot), ([32, 33, 0], [32, 33, 0], 0));
     }
 }

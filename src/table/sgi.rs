@@ -1,9 +1,10 @@
 //! SGI disk volume headers ("dvh"), read as Linux's block/partitions/sgi.c
 //! reads them: sixteen partitions in 512-byte blocks.
 
-use super::be_u32;
 use super::foreign::{in_logical_sectors, read_bytes};
-use super::{Label, Layout, PartKind, Partition, Problem, ReadAt, TableError};
+use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use crate::io::be_u32;
+use crate::io::ReadAt;
 
 const MAGIC: u32 = 0x0BE5_A941;
 /// The type of the entry that covers the whole disk (partition 11 by
@@ -107,7 +108,7 @@ mod tests {
     fn sgi_comes_before_the_mbr() {
         // Bytes 510-511 are padding: make them an MBR signature.
         let mut img = sgi_image(8192, &[(0, 4096, 2048, 3)]);
-        img[510..512].copy_from_slice(&[0x55, 0xAA]);
+        crate::table::mbr::sign(&mut img);
         seal(&mut img);
         assert_eq!(read(&img, 512, img.len() as u64).unwrap().label, Label::Sgi);
     }

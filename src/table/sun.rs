@@ -2,8 +2,9 @@
 //! them: eight partitions starting on cylinders, sizes in 512-byte units.
 
 use super::foreign::{in_logical_sectors, libblkid_differs, read_bytes, VTOC_SANE};
-use super::{be_u16, be_u32};
-use super::{Label, Layout, PartKind, Partition, Problem, ReadAt, TableError};
+use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use crate::io::ReadAt;
+use crate::io::{be_u16, be_u32};
 
 pub(crate) const MAGIC: u16 = 0xDABE;
 /// The type of the entry that covers the whole disk (slice 2 by custom):

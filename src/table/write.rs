@@ -3,8 +3,8 @@
 //! [`encode`] turns it into writes, in the order that leaves the old table
 //! or a recoverable new one when a crash stops them part-way.
 
-use crate::table::gpt;
-use crate::table::mbr;
+use super::gpt::{self, Guid};
+use super::{mbr, types, PartKind, Partition};
 use std::io::Read;
 
 /// Bytes to put at a byte offset.
@@ -101,25 +101,28 @@ fn chunk(offset: u64, bytes: Vec<u8>, what: &'static str) -> Chunk {
     Chunk { offset, bytes, what }
 }
 
-/// One sector holding the 92-byte header; `lbas` = (my, alternate, entries).
+/// One sector holding the header; `lbas` = (my, alternate, entries).
 fn gpt_header(g: &GptBytes, lbas: [u64; 3], entries_crc: u32) -> Vec<u8> {
     let count = g.entries.len().checked_div(g.entry_size as usize).unwrap_or(0);
-    let mut h = vec![0u8; g.sector_size as usize];
-    put(&mut h, 0, gpt::SIGNATURE);
-    put(&mut h, 8, &gpt::REVISION.to_le_bytes());
-    put(&mut h, 12, &gpt::HEADER_SIZE.to_le_bytes());
-    put(&mut h, 24, &lbas[0].to_le_bytes());
-    put(&mut h, 32, &lbas[1].to_le_bytes());
-    put(&mut h, 40, &g.first_usable_lba.to_le_bytes());
-    put(&mut h, 48, &g.last_usable_lba.to_le_bytes());
-    put(&mut h, 56, &g.disk_guid);
-    put(&mut h, 72, &lbas[2].to_le_bytes());
-    put(&mut h, 80, &(count as u32).to_le_bytes());
-    put(&mut h, 84, &g.entry_size.to_le_bytes());
-    put(&mut h, 88, &entries_crc.to_le_bytes());
-    let crc = gpt::header_crc_of(&h[..gpt::HEADER_SIZE as usize]);
-    put(&mut h, gpt::HEADER_CRC_AT, &crc.to_le_bytes());
-    h
+    let mut header = gpt::Header {
+        revision: gpt::REVISION,
+        header_size: gpt::HEADER_SIZE,
+        header_crc: 0,
+        my_lba: lbas[0],
+        alternate_lba: lbas[1],
+        first_usable_lba: g.first_usable_lba,
+        last_usable_lba: g.last_usable_lba,
+        disk_guid: Guid(g.disk_guid),
+        entries_lba: lbas[2],
+        entry_count: count as u32,
+        entry_size: g.entry_size,
+        entries_crc,
+    };
+    header.seal();
+    let raw = header.encode();
+    let mut sector = vec![0u8; g.sector_size as usize];
+    sector[..raw.len()].copy_from_slice(&raw);
+    sector
 }
 
 /// The random identities a new table gets.
@@ -169,156 +172,157 @@ pub enum WriteError {
 /// An empty boot sector: zeros with the 0x55AA signature.
 pub fn boot_sector(sector_size: u64) -> Vec<u8> {
     let mut s = vec![0u8; sector_size as usize];
-    put(&mut s, 510, &mbr::SIGNATURE.to_le_bytes());
+    mbr::sign(&mut s);
     s
 }
 
 /// Entry `slot` of a boot record: type, start and size as stored (relative
-/// where EBRs need it), CHS from the absolute LBA `abs_start`.
+/// where EBRs need it), CHS from the absolute LBA `abs_start`; its boot
+/// flag stays.
 pub fn mbr_entry(sector: &mut [u8], slot: usize, kind: u8, start: u32, size: u32, abs_start: u64) {
-    let e = mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE;
-    sector[e + 4] = kind;
-    put(sector, e + 12, &size.to_le_bytes());
-    set_mbr_start(sector, slot, start, abs_start);
+    let boot = mbr::entry_at(sector, slot).map_or(0, |e| e.boot);
+    let e = mbr::Entry { boot, ..mbr::Entry::new(kind, start, size, abs_start) };
+    mbr::put_entry(sector, slot, &e);
 }
 
-/// Move entry `slot` to `start` (as stored) keeping its size, type and
-/// boot flag; the CHS fields follow the absolute LBA `abs_start`.
-pub fn set_mbr_start(sector: &mut [u8], slot: usize, start: u32, abs_start: u64) {
-    let e = mbr::ENTRIES_OFFSET + slot * mbr::ENTRY_SIZE;
-    let size = u32::from_le_bytes([sector[e + 12], sector[e + 13], sector[e + 14], sector[e + 15]]);
-    let abs_end = abs_start + u64::from(size.max(1)) - 1;
-    put(sector, e + 1, &chs(abs_start));
-    put(sector, e + 5, &chs(abs_end));
-    put(sector, e + 8, &start.to_le_bytes());
-}
-
-/// CHS in the 255-head, 63-sector geometry fdisk assumes, or the
-/// "beyond cylinder 1023" marker 1023/254/63 past it.
-fn chs(lba: u64) -> [u8; 3] {
-    let (heads, sectors) = (255u64, 63u64);
-    let cylinder = lba / (heads * sectors);
-    if cylinder > 1023 {
-        return [0xFE, 0xFF, 0xFF];
+/// A new GPT on a disk of `total_sectors`, with usable LBAs `usable`, and
+/// `ids` for its GUIDs. Partition N goes in entry N so numbers stay stable.
+pub fn new_gpt(
+    sector_size: u64,
+    total_sectors: u64,
+    usable: (u64, u64),
+    partitions: &[Partition],
+    ids: &Ids,
+) -> Result<GptBytes, WriteError> {
+    if ids.partition_guids.len() < partitions.len() {
+        return Err(WriteError::Ids(partitions.len(), ids.partition_guids.len()));
     }
-    let head = (lba / sectors) % heads;
-    let sector = lba % sectors + 1;
-    [head as u8, (sector as u8) | ((cylinder >> 2) as u8 & 0xC0), cylinder as u8]
+    let array_sectors = gpt::NEW_ARRAY_BYTES.div_ceil(sector_size);
+    let last = total_sectors - 1;
+    let size = last.min(u64::from(u32::MAX)) as u32;
+    let mut guard = mbr::Mbr::default();
+    guard.entries[0] = mbr::Entry::new(mbr::TYPE_GPT, 1, size, 1);
+    let mut pmbr = vec![0u8; sector_size as usize];
+    guard.encode_into(&mut pmbr);
+    Ok(GptBytes {
+        sector_size,
+        disk_guid: ids.disk_guid,
+        first_usable_lba: usable.0,
+        last_usable_lba: usable.1,
+        entry_size: gpt::ENTRY_SIZE,
+        entries: entry_array(partitions, ids)?,
+        primary_entries_lba: 2,
+        backup_header_lba: last,
+        backup_entries_lba: last - array_sectors,
+        mbr: pmbr,
+    })
 }
 
-pub(crate) fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
-    buf[at..at + bytes.len()].copy_from_slice(bytes);
+fn entry_array(partitions: &[Partition], ids: &Ids) -> Result<Vec<u8>, WriteError> {
+    let size = gpt::ENTRY_SIZE as usize;
+    let mut array = vec![0u8; gpt::NEW_ARRAY_BYTES as usize];
+    for (p, guid) in partitions.iter().zip(&ids.partition_guids) {
+        let slot = (p.number as usize).checked_sub(1).filter(|&s| s < array.len() / size);
+        let kind = p.type_id.parse::<Guid>().ok().filter(|g| !g.is_zero());
+        let (Some(slot), Some(type_guid)) = (slot, kind) else {
+            return Err(WriteError::Type(p.number, p.type_id.clone()));
+        };
+        let mut entry = gpt::Entry {
+            type_guid,
+            unique_guid: Guid(*guid),
+            first_lba: p.start,
+            last_lba: p.start + p.size - 1,
+            attributes: 0,
+            name: [0; 36],
+        };
+        entry.set_name(p.name.as_deref().unwrap_or_default());
+        array[slot * size..(slot + 1) * size].copy_from_slice(&entry.encode());
+    }
+    Ok(array)
+}
+
+/// A new MBR holding `partitions` (primaries and the extended one by
+/// number, logicals through one EBR each), signed `ids.mbr_signature`.
+pub fn new_mbr(
+    sector_size: u64,
+    total_sectors: u64,
+    partitions: &[Partition],
+    ids: &Ids,
+) -> Result<MbrBytes, WriteError> {
+    let mut record = mbr::Mbr { disk_signature: ids.mbr_signature, ..mbr::Mbr::default() };
+    for p in partitions.iter().filter(|p| p.kind != PartKind::Logical) {
+        let slot = (p.number as usize).checked_sub(1).filter(|&s| s < 4);
+        let (Some(slot), Some(kind)) = (slot, mbr_code(p)) else {
+            return Err(WriteError::Type(p.number, p.type_id.clone()));
+        };
+        record.entries[slot] =
+            mbr::Entry::new(kind, u32_of(p, p.start)?, u32_of(p, p.size)?, p.start);
+    }
+    let mut sector = vec![0u8; sector_size as usize];
+    record.encode_into(&mut sector);
+    Ok(MbrBytes {
+        sector_size,
+        mbr: sector,
+        ebrs: ebrs(sector_size, partitions)?,
+        wipes: stale_gpt_lbas(sector_size, total_sectors, partitions),
+    })
+}
+
+/// One EBR per logical: entry 0 the logical relative to its EBR, entry 1
+/// the next EBR relative to the extended start (empty for the last).
+fn ebrs(sector_size: u64, partitions: &[Partition]) -> Result<Vec<(u64, Vec<u8>)>, WriteError> {
+    let Some(ext) = partitions.iter().find(|p| p.kind == PartKind::Extended) else {
+        return Ok(Vec::new());
+    };
+    let logicals: Vec<&Partition> =
+        partitions.iter().filter(|p| p.kind == PartKind::Logical).collect();
+    let mut out = Vec::new();
+    for (i, p) in logicals.iter().enumerate() {
+        let ebr = p.ebr.ok_or(WriteError::MbrRange(p.number))?;
+        let kind = mbr_code(p).ok_or_else(|| WriteError::Type(p.number, p.type_id.clone()))?;
+        let mut record = mbr::Mbr::default();
+        let (start, size) = (u32_of(p, p.start - ebr)?, u32_of(p, p.size)?);
+        record.entries[0] = mbr::Entry::new(kind, start, size, p.start);
+        if let Some(next) = logicals.get(i + 1) {
+            let next_ebr = next.ebr.ok_or(WriteError::MbrRange(next.number))?;
+            let span = u32_of(next, next.start + next.size - next_ebr)?;
+            let link = u32_of(next, next_ebr - ext.start)?;
+            record.entries[1] = mbr::Entry::new(0x05, link, span, next_ebr);
+        }
+        let mut sector = vec![0u8; sector_size as usize];
+        record.encode_into(&mut sector);
+        out.push((ebr, sector));
+    }
+    Ok(out)
+}
+
+/// The sectors where a GPT header of either sector size would sit (byte
+/// 512 or 4096, and the end of the disk), where no partition is.
+fn stale_gpt_lbas(sector_size: u64, total_sectors: u64, partitions: &[Partition]) -> Vec<u64> {
+    let ss = sector_size;
+    let first_used = partitions.iter().map(|p| p.ebr.unwrap_or(p.start)).min().unwrap_or(0);
+    let head = (1..=4096 / ss).filter(|&lba| lba < first_used);
+    let tail_sectors = (4096 / ss).max(1);
+    let last_used = partitions.iter().map(|p| p.start + p.size).max().unwrap_or(0);
+    let tail =
+        (total_sectors.saturating_sub(tail_sectors)..total_sectors).filter(|&lba| lba >= last_used);
+    head.chain(tail).collect()
+}
+
+fn mbr_code(p: &Partition) -> Option<u8> {
+    types::parse_mbr_code(&p.type_id)
+}
+
+fn u32_of(p: &Partition, v: u64) -> Result<u32, WriteError> {
+    u32::try_from(v).map_err(|_| WriteError::MbrRange(p.number))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::align::MIB;
-    use crate::plan::{plan, Align, Disk, Label, Plan, Request, Size};
-    use crate::table::gpt::Guid;
-    use crate::table::{self, PartKind};
-
-    fn ids(n: usize) -> Ids {
-        Ids {
-            disk_guid: [7; 16],
-            partition_guids: (1..=n as u8).map(|i| [i; 16]).collect(),
-            mbr_signature: 0xCAFE,
-        }
-    }
-
-    fn make(label: Label, logical: u64, sizes: &[Size]) -> (Plan, Vec<u8>) {
-        let disk = Disk {
-            size_bytes: 64 * MIB,
-            logical,
-            physical: 4096,
-            alignment_offset: 0,
-            optimal_io: None,
-        };
-        let reqs: Vec<Request> = sizes
-            .iter()
-            .map(|&size| Request {
-                min_start: None,
-                size,
-                type_id: "linux".into(),
-                name: Some("p".into()),
-            })
-            .collect();
-        let reqs: Vec<Request> = if label == Label::Mbr {
-            reqs.into_iter().map(|r| Request { name: None, ..r }).collect()
-        } else {
-            reqs
-        };
-        let p = plan(&disk, label, Align::Optimal, false, &reqs).unwrap();
-        let mut img = vec![0xA5u8; (64 * MIB) as usize];
-        for c in encode(&p.table(&ids(p.partitions.len())).unwrap()) {
-            img[c.offset as usize..c.offset as usize + c.bytes.len()].copy_from_slice(&c.bytes);
-        }
-        (p, img)
-    }
-
-    // `&Vec`: ReadAt is implemented for Vec, not for the unsized slice.
-    #[allow(clippy::ptr_arg)]
-    fn read_back(p: &Plan, img: &Vec<u8>) -> table::Layout {
-        let layout = table::read(img, p.sector_size, img.len() as u64).unwrap();
-        assert!(layout.problems.is_empty(), "{:?}", layout.problems);
-        let got: Vec<(u32, u64, u64)> =
-            layout.partitions.iter().map(|x| (x.number, x.start, x.size)).collect();
-        let want: Vec<(u32, u64, u64)> =
-            p.partitions.iter().map(|x| (x.number, x.start, x.size)).collect();
-        assert_eq!(got, want);
-        layout
-    }
 
     #[test]
-    fn gpt_reads_back_at_512_and_4096() {
-        for ss in [512, 4096] {
-            let (p, img) = make(Label::Gpt, ss, &[Size::Bytes(MIB), Size::Rest]);
-            let layout = read_back(&p, &img);
-            assert_eq!(layout.label, table::Label::Gpt);
-            assert_eq!(layout.partitions[0].name.as_deref(), Some("p"));
-            assert_eq!(layout.partitions[0].type_id, "0FC63DAF-8483-4772-8E79-3D69D8477DE4");
-            assert!(layout.mbr.unwrap().protective);
-        }
-    }
-
-    #[test]
-    fn gpt_order_is_backup_then_primary_then_mbr() {
-        let (p, _) = make(Label::Gpt, 512, &[Size::Rest]);
-        let order: Vec<&str> = encode(&p.table(&ids(1)).unwrap()).iter().map(|c| c.what).collect();
-        assert_eq!(
-            order,
-            [
-                "gpt backup entries",
-                "gpt backup header",
-                "gpt primary entries",
-                "gpt primary header",
-                "protective mbr"
-            ]
-        );
-    }
-
-    #[test]
-    fn mbr_with_logicals_reads_back() {
-        let sizes = [Size::Bytes(4 * MIB); 6];
-        let (p, img) = make(Label::Mbr, 512, &sizes);
-        let layout = read_back(&p, &img);
-        assert_eq!(layout.label, table::Label::Mbr);
-        assert_eq!(layout.partitions.iter().filter(|x| x.kind == PartKind::Logical).count(), 3);
-        let ebrs: Vec<u64> = p.partitions.iter().filter_map(|x| x.ebr).collect();
-        assert_eq!(layout.mbr.unwrap().ebrs, ebrs);
-        assert_eq!(&img[440..444], &0xCAFEu32.to_le_bytes());
-    }
-
-    #[test]
-    fn mbr_wipes_stale_gpt_headers() {
-        let (p, img) = make(Label::Mbr, 512, &[Size::Bytes(MIB)]);
-        assert!(img[512..4096 + 512].iter().all(|&b| b == 0));
-        assert!(img[img.len() - 4096..].iter().all(|&b| b == 0));
-        read_back(&p, &img);
-    }
-
-    #[test]
-    fn guids_and_chs() {
+    fn guids_and_version4() {
         let text = "0FC63DAF-8483-4772-8E79-3D69D8477DE4";
         let g: Guid = text.parse().unwrap();
         assert_eq!(g.0, crate::table::fixtures::LINUX);
@@ -329,9 +333,6 @@ mod tests {
         {
             assert!(bad.parse::<Guid>().is_err(), "{bad}");
         }
-        assert_eq!(chs(0), [0, 1, 0]);
-        assert_eq!(chs(2048), [32, 33, 0]);
-        assert_eq!(chs(1 << 30), [0xFE, 0xFF, 0xFF]);
         let v = version4([0xFF; 16]);
         assert_eq!((v[7] >> 4, v[8] >> 6), (4, 2));
         let r = Ids::random(3).unwrap();

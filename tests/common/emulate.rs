@@ -93,7 +93,7 @@ pub fn open_direct(path: &Path) -> File {
         .unwrap_or_else(|e| panic!("open {} O_DIRECT: {e}", path.display()))
 }
 
-pub use blkalign::bench::io::AlignedBuf;
+pub use blkalign::io::AlignedBuf;
 
 /// How long one O_DIRECT write of `buf` at `offset` takes.
 pub fn time_write(file: &File, offset: u64, buf: &AlignedBuf) -> Duration {

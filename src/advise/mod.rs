@@ -4,11 +4,16 @@
 //! a partition holding nothing recognised; one that holds something gets
 //! what checks or tunes it in place.
 
+mod shrink;
+
+pub use shrink::shrink_node;
+
 use crate::align::Class;
 use crate::device::drive::Format;
 use crate::device::{Target, TargetKind};
+use crate::io::ReadAt;
 use crate::stack::{self, Contents, Details, Kind, Layer, LayerVerdict};
-use crate::table::{types, ReadAt};
+use crate::table::types;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -25,19 +30,14 @@ pub enum Node {
 impl Node {
     /// Partition `number` of `target`.
     pub fn of(target: &Target, number: u32) -> Node {
-        // The kernel's name, not the path typed (/dev/disk/by-id/... has
-        // "-partN" links, not a digit appended).
-        let path = match &target.name {
-            Some(name) => format!("/dev/{name}"),
-            None => target.path.display().to_string(),
-        };
-        match target.kind {
-            TargetKind::Image => Node::Image { image: target.path.clone(), number },
-            // /dev/nvme0n1 -> /dev/nvme0n1p1, as the kernel names them.
-            _ if path.ends_with(|c: char| c.is_ascii_digit()) => {
-                Node::Device(format!("{path}p{number}"))
+        match (target.kind, target.partition_node(number)) {
+            (TargetKind::Disk, Some(node)) => Node::Device(node.display().to_string()),
+            // A disk without a kernel name: the path typed, by the same rule.
+            (TargetKind::Disk, None) => {
+                let path = target.path.display().to_string();
+                Node::Device(crate::device::partition_name(&path, number))
             }
-            _ => Node::Device(format!("{path}{number}")),
+            (TargetKind::Image, _) => Node::Image { image: target.path.clone(), number },
         }
     }
 

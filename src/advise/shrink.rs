@@ -1,8 +1,8 @@
 //! How the user can make a partition's contents smaller: blkalign never
 //! shrinks anything itself, it only says how.
 
-use super::signature::{Contents, Kind};
-use crate::advise::Node;
+use super::Node;
+use crate::stack::{Contents, Kind};
 
 /// How to make `contents` at least `missing_bytes` smaller so a move fits,
 /// for the partition `node`: commands runnable as typed (an image's

@@ -1,0 +1,1283 @@
+//! One realign run as a library call: open a target, say what would move
+//! ([`Session::plan`]), move ([`Session::move_all`]), finish or report an
+//! unfinished move. The CLI parses arguments and prints; every crash-critical
+//! ordering is here, where unit tests reach it on an in-memory disk.
+//!
+//! The orderings: a move's state record is written before its journal
+//! ([`Session::create_journal`]); finishing runs copy → verify → table →
+//! tell the kernel → commit Done → remove the record ([`Session::finish`]).
+
+use super::copy::{self, Disk, MoveError};
+use super::journal::{Journal, JournalError, Phase};
+use super::place::{self, PlaceError, Placement, Request};
+use super::prepare::{prepare, PrepareError, Prepared};
+use super::state::{self, Store};
+use super::{guard, Direction, Identity, Move};
+use crate::align::{Class, Geometry};
+use crate::device::exclusive::{self, ExclusiveError};
+use crate::device::kernel::{self, KernelPart, PartTable};
+use crate::device::vmimage::{Access, Export, Format};
+use crate::device::{self, DeviceError, Overrides, SysRoot, Target, TargetKind, Topology};
+use crate::io::ReadAt;
+use crate::open::Opened;
+use crate::plan::Align;
+use crate::table::{self, Layout, PartKind, Partition, TableError};
+use crate::units::human_size;
+use serde::Serialize;
+use std::cell::{Cell, RefCell};
+use std::fs::File;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    InUse(#[from] ExclusiveError),
+    #[error("reading {path}: {source}")]
+    Table { path: PathBuf, source: TableError },
+    /// The table is not one a move may rewrite, or the journal's place is unsafe.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Guard(#[from] guard::GuardError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Prepare(#[from] PrepareError),
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error(
+        "{source}\nthe move stopped; the journal {} is intact: once the cause is fixed, rerun \
+         the same command to finish it", journal.display()
+    )]
+    Move { source: MoveError, journal: PathBuf },
+}
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SessionError {
+    let what = what.into();
+    move |source| SessionError::Io { what, source }
+}
+
+/// What a move needs from the world beyond the bytes it reads: the in-use
+/// check, a writer and the kernel. [`Device`] is the real one; tests inject
+/// failures through their own.
+pub trait Host {
+    /// Refuse a target that is mounted, held, attached or locked.
+    fn check_unused(&self) -> Result<(), SessionError>;
+    /// Refuse a journal where a crash of the target would take it along.
+    fn check_journal(&self, journal: &Path) -> Result<(), SessionError>;
+    /// The target opened for the move's writes.
+    fn writer(&self) -> Result<Box<dyn Writer>, SessionError>;
+    /// Bytes per second reading the target at `offset`: the estimate's basis.
+    fn read_rate(&self, offset: u64, bytes: u64) -> Option<f64>;
+}
+
+/// The target as the copy writes it, and the kernel's view of it.
+pub trait Writer: Disk {
+    /// Make the kernel's partition match the moved one; a warning when it
+    /// cannot (the table on the disk is already right).
+    fn tell_kernel(&self, m: &Move) -> Option<String>;
+}
+
+/// How a run reports progress and is asked to stop; every method may do
+/// nothing.
+pub trait Events {
+    fn resumed(&mut self, _m: &Move, _phase: Phase, _chunks_done: u64) {}
+    /// A move starts: `total` bytes will be copied and verified.
+    fn started(&mut self, _total: u64) {}
+    fn progress(&mut self, _bytes: u64) {}
+    fn stopped(&mut self) {}
+    /// Polled between chunks.
+    fn stop_requested(&self) -> bool {
+        false
+    }
+    fn note(&mut self, _text: &str) {}
+    fn finished(&mut self, _done: &Done) {}
+}
+
+/// What a partition's move would do, or why it cannot be made.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Planned {
+    pub partition: u32,
+    pub contents: Option<String>,
+    pub old_start: Option<u64>,
+    pub new_start: Option<u64>,
+    pub sectors: Option<u64>,
+    pub direction: Option<Direction>,
+    pub bytes: u64,
+    pub shift_bytes: u64,
+    /// Each chunk passes through the journal (the shift is under a chunk).
+    pub journaled: bool,
+    /// First and last free LBA the partition may use.
+    pub room: Option<[u64; 2]>,
+    pub journal: Option<PathBuf>,
+    pub read_rate_bytes_per_second: Option<f64>,
+    pub estimated_seconds: Option<f64>,
+    pub notes: Vec<String>,
+    /// Why this partition cannot be moved.
+    pub refused: Option<String>,
+}
+
+impl Planned {
+    /// The plan for this partition in words, as `realign` prints it.
+    pub fn describe(&self, target: &Path) -> String {
+        let mut text = String::new();
+        let head = format!("{}: partition {}", target.display(), self.partition);
+        if let Some(why) = &self.refused {
+            text += &format!("{head}: cannot move: {why}\n");
+            return text;
+        }
+        if self.direction.is_none() {
+            text += &format!("{head}: {}\n", self.notes.join("; "));
+            return text;
+        }
+        let (Some(old_start), Some(new_start), Some(sectors)) =
+            (self.old_start, self.new_start, self.sectors)
+        else {
+            return text;
+        };
+        let contents = self.contents.as_deref().unwrap_or("contents not recognised");
+        let shift = new_start.abs_diff(old_start);
+        let direction = if new_start > old_start { "right" } else { "left" };
+        text += &format!(
+            "{head} ({contents}, {}): LBA {} -> {} ({direction} by {shift} sector{})\n",
+            human_size(self.bytes),
+            old_start,
+            new_start,
+            if shift == 1 { "" } else { "s" }
+        );
+        if let Some([first, last]) = self.room {
+            text += &format!(
+                "  room: LBA {first}-{last} is free for it; it needs LBA {}-{}\n",
+                new_start,
+                new_start.saturating_add(sectors).saturating_sub(1)
+            );
+        }
+        text += if self.journaled {
+            "  the shift is smaller than a chunk: each chunk is saved in the journal before it is written\n"
+        } else {
+            "  the shift is at least a chunk: chunks go straight to their destination\n"
+        };
+        if let Some(j) = &self.journal {
+            text += &format!("  journal: {}\n", j.display());
+        }
+        if let (Some(secs), Some(rate)) = (self.estimated_seconds, self.read_rate_bytes_per_second)
+        {
+            text += &format!(
+                "  estimated {secs:.1} s (the partition reads at {}/s here)\n",
+                human_size(rate as u64)
+            );
+        }
+        for note in &self.notes {
+            text += &format!("  note: {note}\n");
+        }
+        text
+    }
+}
+
+/// A finished move.
+#[derive(Clone, Debug, Serialize)]
+pub struct Done {
+    pub target: PathBuf,
+    pub partition: u32,
+    pub old_start: u64,
+    pub new_start: u64,
+    pub bytes: u64,
+    pub seconds: f64,
+    pub contents: Option<String>,
+    pub journal: PathBuf,
+    pub verified: bool,
+    /// What stays misaligned inside the partition after the move.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Done {
+    /// The result in words, warnings included.
+    pub fn describe(&self) -> String {
+        let mut text = format!(
+            "{}: moved partition {} from LBA {} to {} ({} in {:.1} s), verified, table written\n",
+            self.target.display(),
+            self.partition,
+            self.old_start,
+            self.new_start,
+            human_size(self.bytes),
+            self.seconds
+        );
+        for w in &self.warnings {
+            text += &format!("  warning: {w}\n");
+        }
+        text
+    }
+}
+
+/// How a run that did not fail ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Finished,
+    /// [`Events::stop_requested`] stopped it; what state it left, in words.
+    Stopped(String),
+}
+
+/// Where a journaled move stands.
+#[derive(Clone, Debug, Serialize)]
+pub struct Status {
+    pub journal: PathBuf,
+    pub target: PathBuf,
+    pub partition: u32,
+    pub old_start: u64,
+    pub new_start: u64,
+    pub phase: Phase,
+    pub chunks_done: u64,
+    pub chunks: u64,
+    pub bytes: u64,
+    pub finished: bool,
+}
+
+impl Status {
+    pub fn of(j: &Journal) -> Status {
+        let m = &j.record;
+        Status {
+            journal: j.path().to_path_buf(),
+            target: m.target.clone(),
+            partition: m.partition,
+            old_start: m.old_start,
+            new_start: m.new_start,
+            phase: j.state.phase,
+            chunks_done: j.state.cursor,
+            chunks: m.chunks(),
+            bytes: m.bytes(),
+            finished: j.state.phase == Phase::Done,
+        }
+    }
+
+    /// Where the move stands, in words.
+    pub fn describe(&self) -> String {
+        let stage = match self.phase {
+            Phase::Copying => {
+                format!("copying: {} of {} chunks moved", self.chunks_done, self.chunks)
+            }
+            Phase::Verified => "copied and verified; the new table is not written yet".into(),
+            Phase::TableWritten => "table written; the kernel has not been told yet".into(),
+            Phase::Done => "finished".into(),
+        };
+        format!(
+            "{}: partition {} of {} from LBA {} to {} ({}): {stage}\n",
+            self.journal.display(),
+            self.partition,
+            self.target.display(),
+            self.old_start,
+            self.new_start,
+            human_size(self.bytes)
+        )
+    }
+}
+
+/// What to move and how.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// An explicit destination LBA (one partition only).
+    pub to: Option<u64>,
+    pub align: Align,
+    /// Overwrite non-zero gap bytes, or move what a boot loader records.
+    pub force: bool,
+    /// The journal to use instead of the default place.
+    pub journal: Option<PathBuf>,
+}
+
+/// A target opened for moving its partitions.
+pub struct Session {
+    target: Target,
+    topology: Topology,
+    geometry: Geometry,
+    identity: Identity,
+    /// Read-only, for tables and checks.
+    reader: Box<dyn ReadAt>,
+    host: Box<dyn Host>,
+    store: Store,
+    /// A VM image's format, and the export its guest disk is moved
+    /// through (last: it goes once the reader has).
+    image: Option<(&'static str, Export)>,
+}
+
+impl Session {
+    /// Open the disk or image at `path` (not a partition of it).
+    pub fn open(
+        root: SysRoot,
+        path: &Path,
+        overrides: &Overrides,
+        trust_kernel: bool,
+    ) -> Result<Session, SessionError> {
+        let opened = match crate::open::open(&root, path, overrides, trust_kernel) {
+            Err(DeviceError::VmImage { format, .. }) => {
+                return Session::open_image(root, path, &format, overrides, trust_kernel)
+            }
+            other => other?,
+        };
+        let Opened { target, file, topology, geometry } = opened;
+        if let (Some(n), Some(name)) = (target.selected_partition, &target.name) {
+            return Err(SessionError::Refused(format!(
+                "{} is partition {n}: name its disk instead (`blkalign realign /dev/{name} {n}`)",
+                path.display()
+            )));
+        }
+        let identity = device::identity(&root, &target, &topology);
+        let host = Box::new(Device { root, target: target.clone(), export: false });
+        Ok(Session::with(target, topology, geometry, identity, Box::new(file), host))
+    }
+
+    /// The guest disk of a VM image, exported read-write by QEMU (which
+    /// refuses while a VM holds the image's lock), moved under the image's
+    /// own name: journals go beside it, and the finish command names it.
+    fn open_image(
+        root: SysRoot,
+        path: &Path,
+        format: &Format,
+        overrides: &Overrides,
+        trust_kernel: bool,
+    ) -> Result<Session, SessionError> {
+        let export = Export::start(path, format, Access::Write).map_err(DeviceError::from)?;
+        let opened = crate::open::open(&root, export.file(), overrides, trust_kernel)?;
+        let Opened { target: guest, file, topology, geometry } = opened;
+        let identity = device::identity(&root, &guest, &topology);
+        let target = Target { path: path.to_path_buf(), ..guest.clone() };
+        let host = Box::new(Device { root, target: guest, export: true });
+        let session = Session::with(target, topology, geometry, identity, Box::new(file), host);
+        Ok(Session { image: Some((format.name(), export)), ..session })
+    }
+
+    /// A session over any reader and host (an embedder's, or a test's).
+    pub fn with(
+        target: Target,
+        topology: Topology,
+        geometry: Geometry,
+        identity: Identity,
+        reader: Box<dyn ReadAt>,
+        host: Box<dyn Host>,
+    ) -> Session {
+        let store = Store::default();
+        Session { target, topology, geometry, identity, reader, host, store, image: None }
+    }
+
+    /// Keep state records in `store` instead of the default.
+    pub fn store(mut self, store: Store) -> Session {
+        self.store = store;
+        self
+    }
+
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    pub fn check_unused(&self) -> Result<(), SessionError> {
+        self.host.check_unused()
+    }
+
+    pub fn layout(&self) -> Result<Layout, SessionError> {
+        let ss = self.topology.logical_sector_size.value;
+        let layout = table::read(&*self.reader, ss, self.topology.size_bytes)
+            .map_err(|source| SessionError::Table { path: self.target.path.clone(), source })?;
+        guard::table_problems(&layout)?;
+        Ok(layout)
+    }
+
+    /// The unfinished move on this target: the one in `journal`, or the
+    /// one a state record points at whose identity matches.
+    pub fn unfinished(&self, journal: Option<&Path>) -> Result<Option<Journal>, SessionError> {
+        if let Some(path) = journal.filter(|p| p.exists()) {
+            let j = Journal::open(path)?;
+            if j.state.phase == Phase::Done {
+                return Ok(None);
+            }
+            if !state::applies(&j.record, &*self.reader, &self.identity) {
+                return Err(SessionError::Refused(format!(
+                    "the journal {} records a move on another disk (size, serial or table \
+                     differ): refusing to apply it to {}",
+                    path.display(),
+                    self.target.path.display()
+                )));
+            }
+            return Ok(Some(j));
+        }
+        if let Some((_, j)) = self.store.unfinished_on(&*self.reader, &self.identity) {
+            return Ok(Some(j));
+        }
+        // A kill between creating the journal and recording it leaves a
+        // journal at its default place with no record pointing at it.
+        Ok(self.default_journals().into_iter().find_map(|path| {
+            let j = Journal::open(&path).ok()?;
+            let applies = state::applies(&j.record, &*self.reader, &self.identity);
+            (j.state.phase != Phase::Done && applies).then_some(j)
+        }))
+    }
+
+    /// Journals at the default places of this target's partitions.
+    pub fn default_journals(&self) -> Vec<PathBuf> {
+        let pattern = self.default_journal(0);
+        let (Some(dir), Some(name)) = (pattern.parent(), pattern.file_name()) else {
+            return Vec::new();
+        };
+        let name = name.to_string_lossy();
+        let (prefix, suffix) = name.split_once("-p0").unwrap_or((&name, ""));
+        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+        entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| {
+                n.strip_prefix(prefix)
+                    .and_then(|rest| rest.strip_prefix("-p"))
+                    .and_then(|rest| rest.strip_suffix(suffix))
+                    .is_some_and(|num| num.parse::<u32>().is_ok())
+            })
+            .map(|n| pattern.with_file_name(n))
+            .collect()
+    }
+
+    /// The partitions to move: those named, or every misaligned one.
+    pub fn wanted(&self, named: &[u32]) -> Result<Vec<u32>, SessionError> {
+        let layout = self.layout()?;
+        if !named.is_empty() {
+            if let Some(n) =
+                named.iter().find(|n| !layout.partitions.iter().any(|p| p.number == **n))
+            {
+                return Err(SessionError::Refused(format!(
+                    "there is no partition {n} on {}",
+                    self.target.path.display()
+                )));
+            }
+            return Ok(named.to_vec());
+        }
+        let misaligned = layout.partitions.iter().filter(|p| {
+            p.kind != PartKind::Extended
+                && self
+                    .geometry
+                    .judge(p.start, p.size)
+                    .is_some_and(|v| v.verdict == Class::Misaligned)
+        });
+        Ok(misaligned.map(|p| p.number).collect())
+    }
+
+    /// What moving `wanted` would do, refusals included, after every check
+    /// a real move makes first: `Err` only for what refuses the whole run.
+    pub fn plan(&self, opts: &Options, wanted: &[u32]) -> Result<Vec<Planned>, SessionError> {
+        let layout = self.layout()?;
+        let mut report = Vec::new();
+        for placed in self.place_all(opts, wanted)? {
+            report.push(match placed {
+                Ok(placement) => self.planned(opts, &layout, &placement)?,
+                Err(err @ PlaceError::AlreadyAligned(n, _, start)) => Planned {
+                    partition: n,
+                    old_start: Some(start),
+                    notes: vec![err.to_string()],
+                    ..Planned::default()
+                },
+                Err(err) => self.refusal(&layout, err),
+            });
+        }
+        Ok(report)
+    }
+
+    /// What a move refuses before anything is written (the dry run asks
+    /// too): a journal where a crash would lose it, a target in use.
+    /// Returns the first journal's path.
+    pub fn preflight(&self, opts: &Options, wanted: &[u32]) -> Result<PathBuf, SessionError> {
+        let first = self.journal_path(opts, wanted.first().copied().unwrap_or(1));
+        self.host.check_journal(&first)?;
+        self.host.check_unused()?;
+        Ok(first)
+    }
+
+    /// Move each of `wanted` in turn, each to the end (or to where `events`
+    /// asked to stop).
+    pub fn move_all(
+        &self,
+        opts: &Options,
+        wanted: &[u32],
+        events: &mut dyn Events,
+    ) -> Result<Outcome, SessionError> {
+        // Every refusal comes before any journal exists, so none leaves an
+        // "unfinished" move behind. All journals of a run share a directory.
+        let first = self.preflight(opts, wanted)?;
+        if let Some(dir) = first.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(io_error(format!("creating {}", dir.display())))?;
+        }
+        for placed in self.place_all(opts, wanted)? {
+            let placement = match placed {
+                Ok(p) => p,
+                Err(err @ PlaceError::AlreadyAligned(..)) => {
+                    events.note(&err.to_string());
+                    continue;
+                }
+                Err(err) => {
+                    let why = self.refusal(&self.layout()?, err).refused.unwrap_or_default();
+                    return Err(SessionError::Refused(why));
+                }
+            };
+            // The table changed after each move: read it again.
+            let layout = self.layout()?;
+            let n = placement.partition.number;
+            let Some(current) = layout.partitions.iter().find(|p| p.number == n) else {
+                return Err(SessionError::Refused(format!("partition {n} vanished")));
+            };
+            let placement = Placement { partition: current.clone(), ..placement };
+            if events.stop_requested() {
+                return Ok(Outcome::Stopped(format!(
+                    "interrupted: partition {n} of {} was not touched; rerun the same command \
+                     to move it",
+                    self.target.path.display()
+                )));
+            }
+            let prepared = prepare(
+                &*self.reader,
+                &self.target.path,
+                &layout,
+                &placement,
+                self.identity.clone(),
+            )?;
+            let journal = self.create_journal(opts, &prepared)?;
+            for note in placement.note.iter().chain(&prepared.notes) {
+                events.note(&format!("note: {note}"));
+            }
+            if let Outcome::Stopped(why) = self.finish(journal, events)? {
+                return Ok(Outcome::Stopped(why));
+            }
+        }
+        Ok(Outcome::Finished)
+    }
+
+    /// The state record first, then the journal: a record pointing at a
+    /// journal not yet made is ignored, while a journal with no record
+    /// could be missed.
+    fn create_journal(&self, opts: &Options, prepared: &Prepared) -> Result<Journal, SessionError> {
+        let path = self.journal_path(opts, prepared.record.partition);
+        if path.exists() {
+            if Journal::open(&path)?.state.phase != Phase::Done {
+                return Err(SessionError::Refused(format!(
+                    "{} holds another unfinished move: finish it or pass another --journal",
+                    path.display()
+                )));
+            }
+            std::fs::remove_file(&path)
+                .map_err(io_error(format!("removing {}", path.display())))?;
+        }
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let absolute = std::fs::canonicalize(dir)
+            .map_err(io_error(format!("finding {}", dir.display())))?
+            .join(path.file_name().unwrap_or_default());
+        self.store
+            .add(&absolute, &prepared.record)
+            .map_err(io_error("recording the move in the state directory"))?;
+        Ok(Journal::create(&path, prepared.record.clone())?)
+    }
+
+    /// Run (or resume) the move in `journal` to the end: copy, verify,
+    /// table, tell the kernel, mark it done, forget its record.
+    pub fn finish(
+        &self,
+        mut journal: Journal,
+        events: &mut dyn Events,
+    ) -> Result<Outcome, SessionError> {
+        self.host.check_unused()?;
+        let writer = self.host.writer()?;
+        let m = journal.record.clone();
+        if journal.state.sequence > 1 {
+            events.resumed(&m, journal.state.phase, journal.state.cursor);
+        }
+        events.started(2 * m.bytes());
+        let started = Instant::now();
+        let result = {
+            // Called in turn, never at once: one RefCell serves both.
+            let shared = RefCell::new(&mut *events);
+            let stop = || shared.borrow().stop_requested();
+            copy::run_until(&*writer, &mut journal, &mut |n| shared.borrow_mut().progress(n), &stop)
+        };
+        events.stopped();
+        match result {
+            Err(MoveError::Interrupted { verifying, chunks }) => {
+                return Ok(Outcome::Stopped(self.stopped_message(&journal, verifying, chunks)));
+            }
+            Err(source) => {
+                return Err(SessionError::Move { source, journal: journal.path().to_path_buf() })
+            }
+            Ok(()) => {}
+        }
+        if let Some(warning) = writer.tell_kernel(&m) {
+            events.note(&format!("warning: {warning}"));
+        }
+        journal.commit(Phase::Done, m.chunks(), None)?;
+        let absolute = std::fs::canonicalize(journal.path())
+            .map_err(io_error(format!("finding {}", journal.path().display())))?;
+        self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;
+        // Direct writes dropped the reader's cached pages: this sees the moved bytes.
+        let warnings = self.fat_warning(m.partition, m.new_start, m.sectors).into_iter().collect();
+        events.finished(&Done {
+            target: self.target.path.clone(),
+            partition: m.partition,
+            old_start: m.old_start,
+            new_start: m.new_start,
+            bytes: m.bytes(),
+            seconds: started.elapsed().as_secs_f64(),
+            contents: m.contents.clone(),
+            journal: journal.path().to_path_buf(),
+            verified: true,
+            warnings,
+        });
+        Ok(Outcome::Finished)
+    }
+
+    /// What a stopped move left: the disk's state and how to finish it.
+    fn stopped_message(&self, journal: &Journal, verifying: bool, chunks: u64) -> String {
+        let m = &journal.record;
+        let head =
+            format!("interrupted: partition {} of {}", m.partition, self.target.path.display());
+        let state = if verifying {
+            format!("is copied ({}) but not yet verified", human_size(m.bytes()))
+        } else {
+            let done = chunks.saturating_mul(m.chunk_bytes).min(m.bytes());
+            format!("is half-moved: {} of {} copied", human_size(done), human_size(m.bytes()))
+        };
+        format!(
+            "{head} {state}; its data is safe (each byte at its old or new place or in the \
+             journal {}), but it is unusable until the move is finished.\nFinish with: {}",
+            journal.path().display(),
+            state::finish_command(&self.target.path, m.partition)
+        )
+    }
+
+    /// Place each partition in turn, in an order that makes room: the first
+    /// that fits goes, and the others are placed against the table as it
+    /// will be after it.
+    fn place_all(
+        &self,
+        opts: &Options,
+        wanted: &[u32],
+    ) -> Result<Vec<Result<Placement, PlaceError>>, SessionError> {
+        let mut layout = self.layout()?;
+        let mut pending: Vec<u32> = wanted.to_vec();
+        let mut out = Vec::new();
+        while !pending.is_empty() {
+            let tries: Vec<(usize, Result<Placement, PlaceError>)> = pending
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| (i, self.place_one(&layout, request(opts, n))))
+                .collect();
+            let Some((i, Ok(placement))) = tries.iter().find(|(_, r)| r.is_ok()).cloned() else {
+                out.extend(tries.into_iter().map(|(_, r)| r));
+                break;
+            };
+            pending.remove(i);
+            let moved =
+                layout.partitions.iter_mut().find(|p| p.number == placement.partition.number);
+            if let Some(p) = moved {
+                p.start = placement.new_start;
+            }
+            out.push(Ok(placement));
+        }
+        Ok(out)
+    }
+
+    fn place_one(&self, layout: &Layout, req: Request) -> Result<Placement, PlaceError> {
+        let ss = layout.sector_size;
+        let n = req.partition;
+        let part = layout.partitions.iter().find(|p| p.number == n);
+        // Bytes an earlier move of this very partition left behind are ours
+        // to overwrite, not a boot loader's.
+        let stale = Cell::new(None);
+        let nonzero = |lbas: Range<u64>| {
+            if !holds_data(&*self.reader, lbas.clone(), ss) {
+                return false;
+            }
+            let ours = part.is_some_and(|p| stale_copy(&*self.reader, lbas.clone(), p, ss));
+            if ours {
+                stale.set(Some(lbas));
+            }
+            !ours
+        };
+        let sectors = self.topology.size_bytes / ss.max(1);
+        let mut placed = place::place(layout, &self.geometry, sectors, &req, &nonzero)?;
+        if let Some(gap) = stale.take().filter(|g| placed.new_start <= g.start) {
+            let note = format!(
+                "sectors {}-{} hold a stale copy of partition {n}'s first sectors, left by an \
+                 earlier move: not boot-loader data, overwritten",
+                gap.start,
+                gap.end.saturating_sub(1)
+            );
+            placed.note = Some(match placed.note.take() {
+                Some(first) => format!("{first}; {note}"),
+                None => note,
+            });
+        }
+        if !req.force {
+            if let Some(why) =
+                guard::boot_loader(&*self.reader, &placed.partition, &self.target.path)
+            {
+                return Err(PlaceError::CannotMove(n, format!("{why}; --force moves it anyway")));
+            }
+        }
+        Ok(placed)
+    }
+
+    fn planned(
+        &self,
+        opts: &Options,
+        layout: &Layout,
+        placement: &Placement,
+    ) -> Result<Planned, SessionError> {
+        let prepared =
+            prepare(&*self.reader, &self.target.path, layout, placement, self.identity.clone())?;
+        let m = &prepared.record;
+        let journaled = m.shift_bytes() < m.chunk_bytes && m.chunks() > 0;
+        let rate = self.host.read_rate(m.old_start * m.sector_size, m.bytes());
+        let passes = if journaled { 4.0 } else { 3.0 };
+        let mut notes: Vec<String> = placement.note.iter().cloned().collect();
+        notes.extend(prepared.notes.iter().cloned());
+        notes.extend(self.image.as_ref().map(|(format, _)| growth(format, m)));
+        notes.extend(self.fat_warning(m.partition, m.old_start, m.sectors));
+        Ok(Planned {
+            partition: m.partition,
+            contents: m.contents.clone(),
+            old_start: Some(m.old_start),
+            new_start: Some(m.new_start),
+            sectors: Some(m.sectors),
+            direction: Some(m.direction()),
+            bytes: m.bytes(),
+            shift_bytes: m.shift_bytes(),
+            journaled,
+            room: Some([placement.room.start, placement.room.end.saturating_sub(1)]),
+            journal: Some(self.journal_path(opts, m.partition)),
+            read_rate_bytes_per_second: rate,
+            estimated_seconds: rate.map(|r| passes * m.bytes() as f64 / r),
+            notes,
+            refused: None,
+        })
+    }
+
+    /// What stays misaligned inside partition `n` (at LBA `start`) whatever
+    /// its start: a FAT data area off the physical sector grid.
+    fn fat_warning(&self, n: u32, start: u64, sectors: u64) -> Option<String> {
+        let ss = self.topology.logical_sector_size.value;
+        let (at, len) = (start.checked_mul(ss)?, sectors.checked_mul(ss)?);
+        let layers = crate::stack::walk(&*self.reader, at, len);
+        let dev = crate::advise::Node::of(&self.target, n).shell();
+        place::fat_data_warning(&layers, self.geometry.physical, &dev)
+    }
+
+    fn refusal(&self, layout: &Layout, err: PlaceError) -> Planned {
+        let mut why = err.to_string();
+        let (partition, missing) = match &err {
+            PlaceError::NoRoom { partition, missing_sectors, .. } => (*partition, *missing_sectors),
+            PlaceError::NotFound(n)
+            | PlaceError::CannotMove(n, _)
+            | PlaceError::AlreadyAligned(n, ..) => (*n, None),
+        };
+        let p = layout.partitions.iter().find(|p| p.number == partition);
+        if let (Some(p), Some(missing)) = (p, missing) {
+            let ss = layout.sector_size;
+            let (at, len) = (p.start.saturating_mul(ss), p.size.saturating_mul(ss));
+            let contents = crate::stack::identify(&*self.reader, at, len).ok().flatten();
+            let node = crate::advise::Node::of(&self.target, partition);
+            why += &format!(
+                ". To make room, shrink it by at least {} ({missing} sectors): {}; then shrink \
+                 partition {partition} to match and rerun",
+                human_size(missing.saturating_mul(ss)),
+                crate::advise::shrink_node(
+                    contents.as_ref(),
+                    &node,
+                    len,
+                    missing.saturating_mul(ss)
+                )
+            );
+        }
+        Planned {
+            partition,
+            old_start: p.map(|p| p.start),
+            sectors: p.map(|p| p.size),
+            refused: Some(why),
+            ..Planned::default()
+        }
+    }
+
+    fn journal_path(&self, opts: &Options, n: u32) -> PathBuf {
+        opts.journal.clone().unwrap_or_else(|| self.default_journal(n))
+    }
+
+    fn default_journal(&self, n: u32) -> PathBuf {
+        match (&self.target.kind, &self.target.name) {
+            (TargetKind::Disk, Some(name)) => {
+                self.store.journal_dir().join(format!("{name}-p{n}.journal"))
+            }
+            _ => {
+                let mut p = self.target.path.as_os_str().to_owned();
+                p.push(format!(".blkalign-p{n}.journal"));
+                PathBuf::from(p)
+            }
+        }
+    }
+}
+
+/// How much a move may grow a VM image: data landing on clusters the
+/// format has not allocated takes new ones; zeros stay unallocated.
+fn growth(format: &str, m: &Move) -> String {
+    format!(
+        "{format} image: the move writes {} through QEMU; where data lands on clusters the \
+         image has not allocated it grows, by at most that, usually about the shift ({}); \
+         zeros are written as unallocated clusters",
+        human_size(m.bytes()),
+        human_size(m.shift_bytes().min(m.bytes()))
+    )
+}
+
+fn request(opts: &Options, partition: u32) -> Request {
+    Request { partition, to: opts.to, align: opts.align, force: opts.force }
+}
+
+/// A real disk or image.
+pub struct Device {
+    pub root: SysRoot,
+    pub target: Target,
+    /// A VM image's guest disk exported by qemu-storage-daemon over FUSE.
+    pub export: bool,
+}
+
+impl Host for Device {
+    fn check_unused(&self) -> Result<(), SessionError> {
+        Ok(exclusive::check_unused(&self.root, &self.target)?)
+    }
+
+    fn check_journal(&self, journal: &Path) -> Result<(), SessionError> {
+        Ok(guard::journal_location(&self.root, &self.target, journal)?)
+    }
+
+    /// O_DIRECT where the file system allows it (tmpfs does not),
+    /// exclusive for block devices. Through a FUSE export, writes are
+    /// buffered (QEMU 7.2 corrupts O_DIRECT writes over 1 MiB there; fsync
+    /// still reaches the image) and reads O_DIRECT, so verification reads
+    /// the image, not the page cache.
+    fn writer(&self) -> Result<Box<dyn Writer>, SessionError> {
+        use crate::bench::{open_direct, Mode};
+        let (root, target) = (self.root.clone(), self.target.clone());
+        if self.export {
+            let file = exclusive::open_for_writing(&self.target)?;
+            let reads = open_direct(&self.target.path, Mode::Read, false)
+                .map_err(|e| SessionError::Refused(e.to_string()))?;
+            return Ok(Box::new(DeviceWriter { file, reads: Some(reads), root, target }));
+        }
+        let file = match open_direct(&self.target.path, Mode::Write, false) {
+            Ok(f) => f,
+            Err(_) if self.target.kind == TargetKind::Image => {
+                exclusive::open_for_writing(&self.target)?
+            }
+            Err(e) => return Err(SessionError::Refused(e.to_string())),
+        };
+        Ok(Box::new(DeviceWriter { file, reads: None, root, target }))
+    }
+
+    fn read_rate(&self, offset: u64, bytes: u64) -> Option<f64> {
+        use std::os::unix::fs::FileExt;
+        let path = &self.target.path;
+        let file = crate::bench::open_direct(path, crate::bench::Mode::Read, false)
+            .ok()
+            .or_else(|| File::open(path).ok())?;
+        let mut buf = crate::io::AlignedBuf::new(4 << 20, 0);
+        let (started, mut done) = (Instant::now(), 0u64);
+        while done < bytes.min(64 << 20) && started.elapsed().as_secs_f64() < 0.5 {
+            let len = (bytes - done).min(4 << 20) as usize;
+            FileExt::read_exact_at(&file, &mut buf.bytes_mut()[..len], offset.checked_add(done)?)
+                .ok()?;
+            done += len as u64;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        (done > 0 && secs > 0.0).then(|| done as f64 / secs)
+    }
+}
+
+struct DeviceWriter {
+    file: File,
+    /// Where reads go when not to `file`.
+    reads: Option<File>,
+    root: SysRoot,
+    target: Target,
+}
+
+impl Disk for DeviceWriter {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        Disk::read_at(self.reads.as_ref().unwrap_or(&self.file), buf, offset)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        Disk::write_at(&self.file, buf, offset)
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        Disk::flush(&self.file)
+    }
+}
+
+impl Writer for DeviceWriter {
+    /// Swap the kernel's partition for the moved one, if it had it.
+    fn tell_kernel(&self, m: &Move) -> Option<String> {
+        let name = self.target.name.as_ref().filter(|_| self.target.kind == TargetKind::Disk)?;
+        let known =
+            device::kernel_partitions(&self.root, name).iter().any(|k| k.number == m.partition);
+        let part = KernelPart {
+            number: m.partition,
+            start: m.new_start.saturating_mul(m.sector_size),
+            length: m.sectors.saturating_mul(m.sector_size),
+        };
+        // Added even when the kernel lacks it: a rerun after a crash mid-table
+        // finds a disk the kernel scanned while its table was torn (the kernel
+        // lab's crash states). A disk that takes no partitions (device-mapper,
+        // seen on 6.1 in the lab) refuses with EINVAL: nothing to tell it.
+        let path = &self.target.path;
+        match (kernel::Device { file: &self.file, path }).update(&part) {
+            Err(e) if known || !e.is_no_partitions() => Some(format!(
+                "the kernel still sees the old partition {} ({e}); run `partx -u {}` or reboot",
+                m.partition,
+                path.display()
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Whether any of sectors `lbas` holds a non-zero byte, read a MiB at a
+/// time; unreadable counts as holding data.
+fn holds_data(dev: &dyn ReadAt, lbas: Range<u64>, ss: u64) -> bool {
+    let (Some(mut at), Some(end)) = (lbas.start.checked_mul(ss), lbas.end.checked_mul(ss)) else {
+        return true;
+    };
+    let mut buf = vec![0u8; 1 << 20];
+    while at < end {
+        let len = (end - at).min(buf.len() as u64) as usize;
+        if dev.read_exact_at(&mut buf[..len], at).is_err() || buf[..len].iter().any(|&b| b != 0) {
+            return true;
+        }
+        at += len as u64;
+    }
+    false
+}
+
+/// Whether the non-zero sectors of `gap` (which ends where partition `p`
+/// begins) are what a move to the right leaves: a copy of the partition's
+/// own first sectors, in order, from some earlier start. Sectors a move
+/// rewrites (the start fixups: boot sector, FAT32 backup boot sector) may
+/// differ; any other mismatch means someone else's data.
+fn stale_copy(dev: &dyn ReadAt, gap: Range<u64>, p: &Partition, ss: u64) -> bool {
+    const FIXUP_SECTORS: usize = 16;
+    const ANCHORS: usize = 32;
+    // Each try reads the whole gap: a sector repeated all over the
+    // partition (0xFF fill) must not make this quadratic.
+    const TRIES: usize = 64;
+    if ss == 0 {
+        return false;
+    }
+    let Some(sectors) = p.start.checked_sub(gap.start).filter(|&s| gap.end == p.start && s > 0)
+    else {
+        return false;
+    };
+    // Gaps are a MiB or a few: more is not a leftover worth recognising.
+    let Some(bytes) = sectors.checked_mul(ss).filter(|&b| b <= 64 << 20) else { return false };
+    // The copy may begin before the gap: read twice its length of the partition.
+    let head = p.size.min(sectors.saturating_mul(2)).saturating_mul(ss);
+    let (Ok(len), Ok(head)) = (usize::try_from(bytes), usize::try_from(head)) else {
+        return false;
+    };
+    let (mut old, mut new) = (vec![0u8; len], vec![0u8; head]);
+    let ok =
+        |buf: &mut [u8], at: Option<u64>| at.is_some_and(|at| dev.read_exact_at(buf, at).is_ok());
+    if !ok(&mut old, gap.start.checked_mul(ss)) || !ok(&mut new, p.start.checked_mul(ss)) {
+        return false;
+    }
+    let ss = ss as usize;
+    let old: Vec<&[u8]> = old.chunks(ss).collect();
+    let new: Vec<&[u8]> = new.chunks(ss).collect();
+    let nonzero = |s: &[u8]| s.iter().any(|&b| b != 0);
+    // Gap sector g is the partition's sector g + lag: lag < 0 when the
+    // copy began inside the gap, whose sectors before it must be zero.
+    let fits = |lag: isize| {
+        let mut matched = false;
+        for (g, was) in old.iter().enumerate() {
+            let at = (g as isize).checked_add(lag).and_then(|i| usize::try_from(i).ok());
+            match at.map(|i| (i, new.get(i))) {
+                Some((i, Some(is))) if is == was => matched |= nonzero(was) && i >= FIXUP_SECTORS,
+                Some((i, Some(_))) if i < FIXUP_SECTORS => {}
+                _ if !nonzero(was) => {}
+                _ => return false,
+            }
+        }
+        matched
+    };
+    // Anchor on a few non-zero gap sectors: each equal partition sector
+    // proposes a lag.
+    let lags =
+        old.iter().enumerate().filter(|(_, s)| nonzero(s)).take(ANCHORS).flat_map(|(g, was)| {
+            new.iter().enumerate().filter(move |(_, is)| *is == was).map(move |(i, _)| {
+                // Both below 2^18 sectors: no overflow.
+                i as isize - g as isize
+            })
+        });
+    let mut lags: Vec<isize> = lags.take(TRIES).collect();
+    lags.dedup();
+    lags.into_iter().any(fits)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    const SS: usize = 512;
+    const DISK: usize = 8 << 20;
+    const OLD: u64 = 63;
+    const SECTORS: u64 = 4096;
+
+    /// An MBR disk with one partition at LBA 63 full of numbered sectors.
+    fn image() -> Vec<u8> {
+        let mut img = vec![0u8; DISK];
+        let e = 0x1BE;
+        img[e + 4] = 0x83;
+        img[e + 8..e + 12].copy_from_slice(&(OLD as u32).to_le_bytes());
+        img[e + 12..e + 16].copy_from_slice(&(SECTORS as u32).to_le_bytes());
+        img[510..512].copy_from_slice(&[0x55, 0xAA]);
+        for s in 0..SECTORS as usize {
+            let at = (OLD as usize + s) * SS;
+            img[at..at + SS].fill((s % 251) as u8 + 1);
+            img[at..at + 8].copy_from_slice(&(s as u64).to_le_bytes());
+        }
+        img
+    }
+
+    fn partition(img: &[u8], start: u64) -> &[u8] {
+        &img[start as usize * SS..(start + SECTORS) as usize * SS]
+    }
+
+    /// The disk in memory, with failures to inject: writes that fail after
+    /// a count, a kernel that refuses.
+    #[derive(Clone)]
+    struct Mem {
+        bytes: Rc<RefCell<Vec<u8>>>,
+        writes_left: Rc<Cell<Option<u32>>>,
+        kernel_refuses: Rc<Cell<bool>>,
+        told: Rc<RefCell<Vec<u32>>>,
+    }
+
+    impl ReadAt for Mem {
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.bytes.borrow().read_exact_at(buf, offset)
+        }
+    }
+
+    impl Disk for Mem {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.read_exact_at(buf, offset)
+        }
+
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            if let Some(left) = self.writes_left.get() {
+                if left == 0 {
+                    return Err(std::io::Error::other("injected write failure"));
+                }
+                self.writes_left.set(Some(left - 1));
+            }
+            let at = offset as usize;
+            self.bytes.borrow_mut()[at..at + buf.len()].copy_from_slice(buf);
+            Ok(())
+        }
+
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Writer for Mem {
+        fn tell_kernel(&self, m: &Move) -> Option<String> {
+            self.told.borrow_mut().push(m.partition);
+            self.kernel_refuses.get().then(|| "injected: the kernel refused".to_string())
+        }
+    }
+
+    impl Host for Mem {
+        fn check_unused(&self) -> Result<(), SessionError> {
+            Ok(())
+        }
+
+        fn check_journal(&self, _: &Path) -> Result<(), SessionError> {
+            Ok(())
+        }
+
+        fn writer(&self) -> Result<Box<dyn Writer>, SessionError> {
+            Ok(Box::new(self.clone()))
+        }
+
+        fn read_rate(&self, _: u64, _: u64) -> Option<f64> {
+            None
+        }
+    }
+
+    #[derive(Default)]
+    struct Log {
+        notes: Vec<String>,
+        done: Vec<Done>,
+        stop_after_progress: bool,
+        progressed: bool,
+    }
+
+    impl Events for Log {
+        fn progress(&mut self, _: u64) {
+            self.progressed = true;
+        }
+        fn stop_requested(&self) -> bool {
+            self.stop_after_progress && self.progressed
+        }
+        fn note(&mut self, text: &str) {
+            self.notes.push(text.into());
+        }
+        fn finished(&mut self, done: &Done) {
+            self.done.push(done.clone());
+        }
+    }
+
+    struct Lab {
+        dir: tempfile::TempDir,
+        mem: Mem,
+        session: Session,
+    }
+
+    /// A session on an in-memory 512e disk; the image file exists only to
+    /// name the target (and place its journals beside it).
+    fn lab() -> Lab {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("disk.img");
+        std::fs::write(&path, []).unwrap();
+        let root = SysRoot::real();
+        let target = device::resolve(&root, &path).unwrap();
+        let overrides = Overrides { physical_sector_size: Some(4096), ..Overrides::default() };
+        let mut topology = crate::open::topology(&root, &target, None, &overrides).unwrap();
+        topology.size_bytes = DISK as u64;
+        let geometry = topology.geometry(false);
+        let identity = Identity { size_bytes: DISK as u64, serial: None, wwid: None };
+        let mem = Mem {
+            bytes: Rc::new(RefCell::new(image())),
+            writes_left: Rc::new(Cell::new(None)),
+            kernel_refuses: Rc::new(Cell::new(false)),
+            told: Rc::default(),
+        };
+        let session = Session::with(
+            target,
+            topology,
+            geometry,
+            identity,
+            Box::new(mem.clone()),
+            Box::new(mem.clone()),
+        )
+        .store(Store::new(dir.path().join("state")));
+        Lab { dir, mem, session }
+    }
+
+    fn opts() -> Options {
+        Options { to: None, align: Align::Optimal, force: false, journal: None }
+    }
+
+    /// The partition moved whole, and the table says where.
+    fn assert_moved(lab: &Lab) -> u64 {
+        let img = lab.mem.bytes.borrow();
+        let layout = table::read(&*img, 512, DISK as u64).unwrap();
+        let new = layout.partitions[0].start;
+        assert_eq!(new % 8, 0, "moved to a 4 KiB boundary");
+        assert_ne!(new, OLD);
+        assert_eq!(partition(&img, new), partition(&image(), OLD), "every byte moved");
+        new
+    }
+
+    #[test]
+    fn plan_then_move_finishes_and_forgets_the_record() {
+        let lab = lab();
+        let wanted = lab.session.wanted(&[]).unwrap();
+        assert_eq!(wanted, [1]);
+        let plan = lab.session.plan(&opts(), &wanted).unwrap();
+        assert_eq!((plan[0].old_start, plan[0].refused.as_deref()), (Some(OLD), None));
+        assert_eq!(*lab.mem.bytes.borrow(), image(), "planning writes nothing");
+        let mut log = Log::default();
+        let outcome = lab.session.move_all(&opts(), &wanted, &mut log).unwrap();
+        assert_eq!(outcome, Outcome::Finished);
+        let new = assert_moved(&lab);
+        assert_eq!((log.done.len(), log.done[0].new_start), (1, new));
+        assert_eq!(*lab.mem.told.borrow(), [1], "the kernel was told");
+        assert!(lab.session.unfinished(None).unwrap().is_none());
+        assert!(lab.session.store.unfinished().is_empty(), "the record is gone");
+        assert!(lab.session.wanted(&[]).unwrap().is_empty(), "nothing left to move");
+    }
+
+    /// A failing write stops the move with its journal and record intact;
+    /// the next run finds it by the record and finishes it.
+    #[test]
+    fn a_failed_copy_resumes_from_its_record() {
+        let lab = lab();
+        lab.mem.writes_left.set(Some(0));
+        let err = lab.session.move_all(&opts(), &[1], &mut Log::default()).unwrap_err();
+        assert!(matches!(err, SessionError::Move { .. }), "{err}");
+        assert!(err.to_string().contains("rerun the same command"), "{err}");
+        assert_eq!(lab.session.store.unfinished().len(), 1);
+        lab.mem.writes_left.set(None);
+        let journal = lab.session.unfinished(None).unwrap().expect("found by its record");
+        let outcome = lab.session.finish(journal, &mut Log::default()).unwrap();
+        assert_eq!(outcome, Outcome::Finished);
+        assert_moved(&lab);
+        assert!(lab.session.store.unfinished().is_empty());
+    }
+
+    /// The kernel refusing is a warning: the disk is right, the move done.
+    #[test]
+    fn a_kernel_that_refuses_only_warns() {
+        let lab = lab();
+        lab.mem.kernel_refuses.set(true);
+        let mut log = Log::default();
+        assert_eq!(lab.session.move_all(&opts(), &[1], &mut log).unwrap(), Outcome::Finished);
+        assert!(log.notes.iter().any(|n| n.contains("warning: injected")), "{:?}", log.notes);
+        assert_moved(&lab);
+        assert!(lab.session.store.unfinished().is_empty());
+    }
+
+    /// The two crash windows of "record, then journal": a record whose
+    /// journal was never made is ignored; a journal at its default place
+    /// whose record was lost is still found.
+    #[test]
+    fn both_sides_of_the_record_journal_ordering_are_safe() {
+        let lab = lab();
+        let placement = lab.session.place_all(&opts(), &[1]).unwrap().remove(0).unwrap();
+        let layout = lab.session.layout().unwrap();
+        let identity = lab.session.identity.clone();
+        let reader = lab.mem.clone();
+        let path = lab.dir.path().join("disk.img");
+        let prepared = prepare(&reader, &path, &layout, &placement, identity).unwrap();
+        let journal = lab.session.default_journal(1);
+        lab.session.store.add(&journal, &prepared.record).unwrap();
+        assert!(lab.session.unfinished(None).unwrap().is_none(), "a record with no journal");
+        lab.session.store.remove(&journal).unwrap();
+        Journal::create(&journal, prepared.record.clone()).unwrap();
+        let found = lab.session.unfinished(None).unwrap().expect("a journal with no record");
+        assert_eq!(found.path(), journal);
+        lab.session.finish(found, &mut Log::default()).unwrap();
+        assert_moved(&lab);
+    }
+
+    /// Asked to stop, a move says how far it got and how to finish; a
+    /// rerun finishes it.
+    #[test]
+    fn a_stopped_move_says_how_to_finish_it() {
+        let lab = lab();
+        let mut log = Log { stop_after_progress: true, ..Log::default() };
+        let Outcome::Stopped(why) = lab.session.move_all(&opts(), &[1], &mut log).unwrap() else {
+            panic!("not stopped")
+        };
+        assert!(why.contains("Finish with: blkalign realign"), "{why}");
+        let journal = lab.session.unfinished(None).unwrap().expect("unfinished");
+        lab.session.finish(journal, &mut Log::default()).unwrap();
+        assert_moved(&lab);
+    }
+}
