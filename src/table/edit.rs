@@ -150,10 +150,13 @@ fn move_logical(m: &mut MbrBytes, p: &Partition, new_start: u64) -> Result<(), E
         relative.ok_or(EditError::Range(p.number, new_start, "it must follow its EBR"))?;
     let stored = mbr_u32(p, Some(relative))?;
     let sector = &mut m.ebrs[index].1;
+    // By start and size: an EBR's third or fourth slot may hold an entry
+    // at the same start that the reader dropped (it overruns its link).
     let found = (0..4).find_map(|s| {
         let e = mbr::entry_at(sector, s)?;
         let here = u64::from(e.start_lba).checked_add(ebr_lba) == Some(p.start);
-        (!e.is_empty() && !e.is_extended() && here).then_some((s, e))
+        let same = here && u64::from(e.sectors) == p.size;
+        (!e.is_empty() && !e.is_extended() && same).then_some((s, e))
     });
     let (slot, mut e) = found.ok_or(EditError::Stale(p.number))?;
     e.place(stored, new_start);
@@ -271,6 +274,20 @@ mod tests {
         let mut table = read_bytes(&gpt, &layout).unwrap();
         let err = table.move_start(&layout.partitions[0], 250).unwrap_err();
         assert!(matches!(err, EditError::Range(1, 250, _)), "{err}");
+    }
+
+    /// Found by fuzz/ (target edit): an EBR whose third slot holds an
+    /// entry at the logical's start that overruns the link (the reader
+    /// drops it, as Linux does) had that entry moved instead.
+    #[test]
+    fn a_dropped_entry_at_the_same_start_is_not_the_one_moved() {
+        let mut img = mbr_extended();
+        img[128 * 512 + 446..128 * 512 + 462].fill(0);
+        mbr_entry(&mut img, 128 * 512, 2, 0x83, 1, 1_000_000);
+        mbr_entry(&mut img, 128 * 512, 3, 0x83, 1, 56);
+        let (img, after) = moved(img, 512, 6, 136);
+        assert_eq!((after.partitions[3].start, after.partitions[3].size), (136, 56));
+        assert_eq!(mbr::entry_at(&img[128 * 512..], 2).unwrap().start_lba, 1, "left as it was");
     }
 
     /// Found by fuzz/ (target edit): a backup header whose CRC holds but
