@@ -495,7 +495,9 @@ fn check_refusal(r: &Value) -> Vec<String> {
 /// began and to sampled points between them, and at each the same `realign
 /// --yes` rerun: it finishes, the partition's bytes are the original's at
 /// an aligned start, e2fsck is clean, the table verifies and audit passes.
-/// MBR moves, one sector (journaled) and to 1 MiB, and a logical partition.
+/// MBR moves, one sector (journaled) and to 1 MiB, and a logical partition
+/// that takes its EBR along (the EBR's copy and the link to it written
+/// before the copy covers the old EBR).
 #[test]
 fn every_crash_state_of_an_mbr_move_recovers() {
     crash_states(&["mbr-63-64", "mbr-63-2048", "logical"]);

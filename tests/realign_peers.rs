@@ -201,6 +201,55 @@ fn a_logical_partition_moves_inside_its_ebr_chain() {
     assert_eq!(state.audit(image.str()), 0);
 }
 
+/// A logical whose 1 MiB start is its own EBR's sector, with free space
+/// before the EBR: the EBR moves to the sector before the new start and
+/// sfdisk, e2fsck and parted find both logicals where blkalign put them.
+#[test]
+fn a_logical_takes_its_ebr_along_to_reach_1_mib() {
+    if !needs(false, &["sfdisk", "mkfs.ext4", "e2fsck", "parted"]) {
+        return;
+    }
+    let state = State::new();
+    // Logical 6 at 61441: 1 MiB below is 61440, its EBR; above, 63488 has
+    // no room before the extended partition's end.
+    let script = "label: dos\nstart=2048, size=20000, type=83\nstart=30000, size=100000, type=5\n\
+                  start=30063, size=20000, type=83\nstart=61441, size=66600, type=83\n";
+    let image = Image::sfdisk(96 << 20, script);
+    // (signature, first entry's start relative to the EBR) of the sector
+    // at `lba`, read raw.
+    let ebr_at = |lba: u64| {
+        let mut sector = [0u8; 512];
+        File::open(&image.path)
+            .and_then(|f| f.read_exact_at(&mut sector, lba * 512))
+            .expect("read");
+        let start = u32::from_le_bytes(sector[454..458].try_into().expect("4 bytes"));
+        (sector[510..512] == [0x55, 0xAA], start)
+    };
+    assert_eq!(ebr_at(61440), (true, 1), "sfdisk put the EBR just before it");
+    let mut sums = Vec::new();
+    for n in [5, 6] {
+        let (start, size) = sfdisk_part(image.str(), n);
+        mkfs_ext4(image.str(), start, size, 512);
+        sums.push(sha(&image.path, start, size, 512));
+    }
+    let dry = state.realign(&[image.str()]);
+    assert_eq!(code(&dry), 0, "{}", text(&dry));
+    assert!(text(&dry).contains("its EBR moves from LBA 61440 to LBA 61439"), "{}", text(&dry));
+    let out = state.realign(&[image.str(), "--yes"]);
+    assert_eq!(code(&out), 0, "{}", text(&out));
+    run("sfdisk", &["--verify", image.str()]);
+    for (n, sum) in [5, 6].into_iter().zip(&sums) {
+        let (start, size) = sfdisk_part(image.str(), n);
+        assert_eq!(start % 2048, 0, "partition {n} at {start}: 1 MiB");
+        assert_eq!(&sha(&image.path, start, size, 512), sum, "partition {n}'s bytes");
+        e2fsck_clean(image.str(), start, 512);
+        assert!(common::parted_aligned(image.str(), u64::from(n)), "parted align-check opt {n}");
+    }
+    assert_eq!(sfdisk_part(image.str(), 6).0, 61440);
+    assert_eq!(ebr_at(61439), (true, 1), "the EBR went just before the new start");
+    assert_eq!(state.audit(image.str()), 0);
+}
+
 #[test]
 fn gpt_at_34_moves_and_sgdisk_verifies() {
     if !needs(false, &["sgdisk", "sfdisk", "mkfs.ext4", "e2fsck"]) {

@@ -119,6 +119,49 @@ pub fn move_one(img: &mut Image, layout: &Layout, pick: u32, shift: i32) {
     );
 }
 
+/// Move the EBR of a logical of `layout` (read from `img`; picked by
+/// `pick`) to `back` + 1 sectors before the logical with the editor, write
+/// it, and, for a table without problems that stays so, check that every
+/// partition is where it was and that logical's EBR where it was put.
+pub fn move_ebr(img: &mut Image, layout: &Layout, pick: u32, back: u32) {
+    let logicals: Vec<&Partition> =
+        layout.partitions.iter().filter(|p| p.kind == PartKind::Logical).collect();
+    let Some(&p) = logicals.get(pick as usize % logicals.len().max(1)) else { return };
+    let Some(ebr) = p.ebr else { return };
+    let Some(ext) = layout.partitions.iter().find(|q| {
+        q.kind == PartKind::Extended && q.start <= ebr && ebr - q.start < q.size
+    }) else {
+        return;
+    };
+    let Some(new_ebr) = p.start.checked_sub(1 + u64::from(back % 4096)) else { return };
+    // On the disk: realign's placement keeps it there.
+    let ss = layout.sector_size;
+    if new_ebr.checked_add(1).and_then(|e| e.checked_mul(ss)).is_none_or(|e| e > img.size) {
+        return;
+    }
+    let Ok(mut bytes) = edit::read_bytes(img, layout) else { return };
+    if bytes.move_ebr(p, new_ebr, ext).is_err() {
+        return;
+    }
+    apply(img, &bytes);
+    if !layout.problems.is_empty() {
+        return;
+    }
+    let Ok(moved) = table::read(img, layout.sector_size, img.size) else {
+        panic!("EBR of partition {} moved to {new_ebr}: the table no longer reads", p.number);
+    };
+    // Put over another logical's data or where the chain reads otherwise.
+    if !moved.problems.is_empty() {
+        return;
+    }
+    let rows = |l: &Layout| -> Vec<Row> { l.partitions.iter().map(read_row).collect() };
+    let mut want = rows(layout);
+    if let Some(row) = want.iter_mut().find(|r| r.0 == p.number) {
+        row.6 = Some(new_ebr);
+    }
+    assert_eq!(rows(&moved), want, "EBR of partition {} moved to {new_ebr}", p.number);
+}
+
 /// What `blkalign plan --script` makes of a script, on a disk that holds
 /// its last LBA (or of 64 GiB): the plan, bounded by the script, and the
 /// disk's size.

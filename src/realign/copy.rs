@@ -3,7 +3,7 @@
 //! short at any moment and run again.
 
 use super::journal::{Journal, JournalError, Phase};
-use super::Move;
+use super::{Move, Write};
 use crate::io::AlignedBuf;
 use std::io;
 use std::time::{Duration, Instant};
@@ -121,12 +121,14 @@ pub fn run_until(
     stop: &dyn Fn() -> bool,
 ) -> Result<(), MoveError> {
     if journal.state.phase == Phase::Copying {
+        // Again on every resume: writes already made are skipped.
+        write_all(disk, &journal.record, &journal.record.before)?;
         copy(disk, journal, tick, stop)?;
         verify(disk, journal, tick, stop)?;
         journal.commit(Phase::Verified, journal.record.chunks(), None)?;
     }
     if journal.state.phase == Phase::Verified {
-        write_tail(disk, &journal.record)?;
+        write_all(disk, &journal.record, &journal.record.writes)?;
         journal.commit(Phase::TableWritten, journal.record.chunks(), None)?;
     }
     Ok(())
@@ -214,12 +216,12 @@ fn verify(
     Ok(())
 }
 
-/// The fixups and the table, in the recorded order, each flushed before
-/// the next. A region already holding its new bytes was written before a
-/// crash; one holding neither old nor new means the disk is not the one
-/// the journal was made for, or something else wrote to it.
-fn write_tail(disk: &dyn Disk, m: &Move) -> Result<(), MoveError> {
-    for w in &m.writes {
+/// `writes` of `m` in the recorded order, each flushed before the next. A
+/// region already holding its new bytes was written before a crash; one
+/// holding neither old nor new means the disk is not the one the journal
+/// was made for, or something else wrote to it.
+fn write_all(disk: &dyn Disk, m: &Move, writes: &[Write]) -> Result<(), MoveError> {
+    for w in writes {
         let mut now = AlignedBuf::new(w.old.len(), 0);
         disk.read_at(now.bytes_mut(), w.offset).map_err(|e| io_at("reading", w.offset, m, e))?;
         if now.bytes() == w.new.as_slice() {
@@ -396,7 +398,8 @@ mod tests {
             writes: vec![Write { old: vec![9; 512], new: vec![8; 512], ..m.writes[0].clone() }],
             ..m
         };
-        let err = write_tail(&Flaky::new(vec![0u8; 4096], u64::MAX), &changed).unwrap_err();
+        let disk = Flaky::new(vec![0u8; 4096], u64::MAX);
+        let err = write_all(&disk, &changed, &changed.writes).unwrap_err();
         assert!(matches!(err, MoveError::Changed { offset: 0, .. }), "{err}");
     }
 }

@@ -7,7 +7,9 @@
 //! chunk whose source the destination overlaps saved in the journal first
 //! ([`copy`]) → verify the destination against checksums taken while
 //! reading → write the contents fixups and the new table → tell the kernel
-//! → mark the journal done.
+//! → mark the journal done. A logical partition whose destination covers
+//! its EBR has the EBR moved first ([`Move::before`]): a table change that
+//! leaves every partition where it is, so any crash during it is harmless.
 
 pub mod copy;
 pub mod guard;
@@ -52,6 +54,11 @@ pub struct Move {
     pub chunk_bytes: u64,
     /// What the partition holds (libblkid's name), when recognised.
     pub contents: Option<String>,
+    /// Before the copy, in order: a logical's EBR moved out of the way of
+    /// its destination (the copy, then the link to it), the partition
+    /// still where it was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub before: Vec<Write>,
     /// After the copy, in order: the contents fixups, then the new table.
     pub writes: Vec<Write>,
 }
@@ -99,7 +106,7 @@ impl Move {
         if self.sectors == 0 || !fits(self.old_start) || !fits(self.new_start) {
             return Err(InvalidMove::BeyondDisk);
         }
-        for w in &self.writes {
+        for w in self.before.iter().chain(&self.writes) {
             let len = w.old.len() as u64;
             let end = w.offset.checked_add(len);
             if w.new.len() != w.old.len()
@@ -220,6 +227,7 @@ pub(crate) mod tests {
             sectors: 100_000,
             chunk_bytes: 1 << 20,
             contents: Some("ext4".into()),
+            before: Vec::new(),
             writes: vec![Write {
                 offset: 0,
                 old: [&[0, 0xAB][..], &[0; 510]].concat(),

@@ -27,6 +27,9 @@ pub struct Placement {
     pub grain_bytes: u64,
     /// The free run of LBAs the partition may occupy.
     pub room: Range<u64>,
+    /// Where a logical's EBR goes when the new start covers it (or lies
+    /// before it): the sector just before the new start.
+    pub ebr: Option<u64>,
     /// Why the preferred grain was not used, when it was not.
     pub note: Option<String>,
 }
@@ -74,13 +77,15 @@ pub fn place(
     let room = room(layout, p, disk_sectors).map_err(|why| cannot(&why))?;
     let first = p.kind != PartKind::Logical
         && layout.partitions.iter().all(|q| q.number == n || q.start > p.start);
-    let fit = Fit { p, room: room.clone(), first, force: req.force, gap_nonzero };
+    let ebr = movable_ebr(layout, p);
+    let fit = Fit { p, room: room.clone(), first, ebr, force: req.force, gap_nonzero };
     if let Some(to) = req.to {
         return fit.explicit(to, geometry).map(|new_start| Placement {
             partition: p.clone(),
             new_start,
             grain_bytes: geometry.physical,
             room,
+            ebr: fit.new_ebr(new_start),
             note: None,
         });
     }
@@ -111,6 +116,7 @@ pub fn place(
                         new_start: candidate,
                         grain_bytes: grain,
                         room,
+                        ebr: fit.new_ebr(candidate),
                         note,
                     });
                 }
@@ -163,11 +169,18 @@ struct Fit<'a> {
     p: &'a Partition,
     room: Range<u64>,
     first: bool,
+    /// The EBR of a logical that may move with it.
+    ebr: Option<u64>,
     force: bool,
     gap_nonzero: &'a dyn Fn(Range<u64>) -> bool,
 }
 
 impl Fit<'_> {
+    /// Where the EBR goes for a start at or before it.
+    fn new_ebr(&self, start: u64) -> Option<u64> {
+        self.ebr.filter(|&ebr| start <= ebr).map(|_| start.saturating_sub(1))
+    }
+
     fn check(&self, start: u64) -> Result<(), Failure> {
         let fail = |why: String, missing_sectors| Err(Failure { why, missing_sectors });
         let end = start.saturating_add(self.p.size);
@@ -187,6 +200,27 @@ impl Fit<'_> {
                 ),
                 Some(missing),
             );
+        }
+        if let Some(ebr) = self.new_ebr(start) {
+            if ebr < self.room.start {
+                return fail(
+                    format!(
+                        "LBA {start} leaves no free sector before it for the EBR (free space \
+                         begins at LBA {})",
+                        self.room.start
+                    ),
+                    None,
+                );
+            }
+            if !self.force && (self.gap_nonzero)(ebr..start) {
+                return fail(
+                    format!(
+                        "LBA {start}: sector {ebr}, where its EBR would go, holds data; --force \
+                         overwrites it"
+                    ),
+                    None,
+                );
+            }
         }
         if self.first
             && start < self.p.start
@@ -267,13 +301,32 @@ fn bounds(layout: &Layout, p: &Partition, disk_sectors: u64) -> Result<(u64, u64
             Ok((g.first_usable_lba, g.last_usable_lba.saturating_add(1).min(disk_sectors)))
         }
         (_, PartKind::Logical) => {
-            let ext = layout.partitions.iter().find(|q| q.kind == PartKind::Extended);
-            let ext = ext.ok_or("no extended partition holds it")?;
+            let ext = extended(layout, p).ok_or("no extended partition holds it")?;
             let ebr = p.ebr.ok_or("its EBR is unknown")?;
-            Ok((ebr + 1, ext.start.saturating_add(ext.size).min(disk_sectors)))
+            // An EBR that moves with its logical needs a sector before it.
+            let lo = if movable_ebr(layout, p).is_some() { ext.start + 1 } else { ebr + 1 };
+            Ok((lo, ext.start.saturating_add(ext.size).min(disk_sectors)))
         }
         _ => Ok((1, disk_sectors.min(u64::from(u32::MAX)))),
     }
+}
+
+/// The extended partition holding logical `p`'s EBR.
+pub(super) fn extended<'a>(layout: &'a Layout, p: &Partition) -> Option<&'a Partition> {
+    let ebr = p.ebr?;
+    layout
+        .partitions
+        .iter()
+        .find(|q| q.kind == PartKind::Extended && q.start <= ebr && ebr - q.start < q.size)
+}
+
+/// The EBR of logical `p` when it may move with it: any but the first,
+/// the extended partition's own first sector, to which every link is
+/// relative, and one that describes another logical too.
+fn movable_ebr(layout: &Layout, p: &Partition) -> Option<u64> {
+    let ebr = p.ebr.filter(|_| p.kind == PartKind::Logical)?;
+    let shared = layout.partitions.iter().any(|q| q.number != p.number && q.ebr == Some(ebr));
+    (extended(layout, p)?.start != ebr && !shared).then_some(ebr)
 }
 
 /// Sectors other than `p`'s that a move must not touch.
@@ -388,7 +441,27 @@ mod tests {
         mbr_entry(&mut img, 128 * 512, 0, 0x83, 1, 50);
         let layout = read(&img, 512, img.len() as u64).unwrap();
         let got = place(&layout, &geometry(), 512, &req(6), &|_| false).unwrap();
-        assert_eq!((got.new_start, got.room), (136, 129..192));
+        assert_eq!((got.new_start, got.room, got.ebr), (136, 128..192, None));
+    }
+
+    #[test]
+    fn a_logical_takes_its_ebr_along_into_free_space_before_it() {
+        let mut img = mbr_extended();
+        // Logical 5 shrunk to 65+55: sectors 120-127 free before EBR 128.
+        mbr_entry(&mut img, 64 * 512, 0, 0x83, 1, 55);
+        let layout = read(&img, 512, img.len() as u64).unwrap();
+        let to = |lba| Request { to: Some(lba), ..req(6) };
+        let got = place(&layout, &geometry(), 512, &to(128), &|_| false).unwrap();
+        assert_eq!((got.new_start, got.room, got.ebr), (128, 120..192, Some(127)));
+        let err = place(&layout, &geometry(), 512, &to(112), &|_| false).unwrap_err();
+        assert!(err.to_string().contains("before the first free sector 120"), "{err}");
+        let err = place(&layout, &geometry(), 512, &to(120), &|_| false);
+        assert!(format!("{err:?}").contains("no free sector before it for the EBR"), "{err:?}");
+        let err = place(&layout, &geometry(), 512, &to(128), &|r| r == (127..128));
+        assert!(format!("{err:?}").contains("sector 127, where its EBR would go"), "{err:?}");
+        // The first EBR is the extended partition's start: it stays.
+        let got = place(&layout, &geometry(), 512, &Request { to: Some(72), ..req(5) }, &|_| true);
+        assert_eq!(got.map(|g| (g.room.start, g.ebr)), Ok((65, None)));
     }
 
     #[test]

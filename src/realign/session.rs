@@ -675,6 +675,7 @@ impl Session {
                 layout.partitions.iter_mut().find(|p| p.number == placement.partition.number);
             if let Some(p) = moved {
                 p.start = placement.new_start;
+                p.ebr = placement.ebr.or(p.ebr);
             }
             out.push(Ok(placement));
         }
@@ -735,6 +736,12 @@ impl Session {
         let rate = self.host.read_rate(m.old_start * m.sector_size, m.bytes());
         let passes = if journaled { 4.0 } else { 3.0 };
         let mut notes: Vec<String> = placement.note.iter().cloned().collect();
+        if let (Some(to), Some(from)) = (placement.ebr, placement.partition.ebr) {
+            notes.push(format!(
+                "its EBR moves from LBA {from} to LBA {to}, just before the new start, ahead of \
+                 the copy (the partition stays where it is until the copy is done)"
+            ));
+        }
         notes.extend(prepared.notes.iter().cloned());
         notes.extend(self.image.as_ref().map(|(format, _)| growth(format, m)));
         notes.extend(self.fat_warning(m.partition, m.old_start, m.sectors));
@@ -1151,6 +1158,10 @@ mod tests {
     /// A session on an in-memory 512e disk; the image file exists only to
     /// name the target (and place its journals beside it).
     fn lab() -> Lab {
+        lab_with(image())
+    }
+
+    fn lab_with(img: Vec<u8>) -> Lab {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("disk.img");
         std::fs::write(&path, []).unwrap();
@@ -1162,7 +1173,7 @@ mod tests {
         let geometry = topology.geometry(false);
         let identity = Identity { size_bytes: DISK as u64, serial: None, wwid: None };
         let mem = Mem {
-            bytes: Rc::new(RefCell::new(image())),
+            bytes: Rc::new(RefCell::new(img)),
             writes_left: Rc::new(Cell::new(None)),
             kernel_refuses: Rc::new(Cell::new(false)),
             told: Rc::default(),
@@ -1279,5 +1290,69 @@ mod tests {
         let journal = lab.session.unfinished(None).unwrap().expect("unfinished");
         lab.session.finish(journal, &mut Log::default()).unwrap();
         assert_moved(&lab);
+    }
+
+    /// Extended 2048+7000: logical 5 at 2111+1000, then free space, then
+    /// EBR 4100 and logical 6 at 4163 holding numbered sectors. Its 1 MiB
+    /// start, 4096, covers its EBR, and there is no room at 6144.
+    fn extended_image() -> Vec<u8> {
+        use crate::table::fixtures::mbr_entry;
+        let mut img = vec![0u8; DISK];
+        mbr_entry(&mut img, 0, 0, 0x05, 2048, 7000);
+        mbr_entry(&mut img, 2048 * SS, 0, 0x83, 63, 1000);
+        mbr_entry(&mut img, 2048 * SS, 1, 0x05, 4100 - 2048, 63 + SECTORS as u32);
+        mbr_entry(&mut img, 4100 * SS, 0, 0x83, 63, SECTORS as u32);
+        for s in 0..SECTORS as usize {
+            let at = (4163 + s) * SS;
+            img[at..at + SS].fill((s % 251) as u8 + 1);
+            img[at..at + 8].copy_from_slice(&(s as u64).to_le_bytes());
+        }
+        img
+    }
+
+    /// (number, start, size, EBR) of each partition as a reader sees them.
+    fn rows(img: &[u8]) -> Vec<(u32, u64, u64, Option<u64>)> {
+        let layout = table::read(&img.to_vec(), 512, DISK as u64).unwrap();
+        assert!(layout.problems.is_empty(), "{:?}", layout.problems);
+        layout.partitions.iter().map(|p| (p.number, p.start, p.size, p.ebr)).collect()
+    }
+
+    /// A logical whose destination covers its EBR takes the EBR along,
+    /// written before the copy; a failure at any write leaves a table that
+    /// reads clean with the logical at its old or new start, and the next
+    /// run finishes the move.
+    #[test]
+    fn a_logical_moves_its_ebr_first_and_survives_a_failure_at_every_write() {
+        let before = rows(&extended_image());
+        let moved =
+            [(1, 2048, 7000, None), (5, 2111, 1000, Some(2048)), (6, 4096, SECTORS, Some(4095))];
+        for fail_at in 0.. {
+            let lab = lab_with(extended_image());
+            let plan = lab.session.plan(&opts(), &[6]).unwrap();
+            assert_eq!(plan[0].new_start, Some(4096), "{:?}", plan[0]);
+            assert!(plan[0]
+                .notes
+                .iter()
+                .any(|n| n.contains("EBR moves from LBA 4100 to LBA 4095")));
+            lab.mem.writes_left.set(Some(fail_at));
+            let first = lab.session.move_all(&opts(), &[6], &mut Log::default());
+            let finished = first.is_ok();
+            if !finished {
+                let now = rows(&lab.mem.bytes.borrow());
+                let relinked = [before[0], before[1], (6, 4163, SECTORS, Some(4095))];
+                assert!(now == before || now == relinked || now == moved, "{fail_at}: {now:?}");
+                lab.mem.writes_left.set(None);
+                let journal = lab.session.unfinished(None).unwrap().expect("an unfinished move");
+                lab.session.finish(journal, &mut Log::default()).unwrap();
+            }
+            let img = lab.mem.bytes.borrow();
+            assert_eq!(rows(&img), moved, "failing at write {fail_at}");
+            let data = |start: usize| &img[start * SS..(start + SECTORS as usize) * SS];
+            assert_eq!(data(4096), &extended_image()[4163 * SS..(4163 + SECTORS as usize) * SS]);
+            if finished {
+                assert!(fail_at > 3, "the move needs more than {fail_at} writes");
+                break;
+            }
+        }
     }
 }

@@ -143,7 +143,8 @@ pub fn finish_command(target: &Path, partition: u32) -> String {
 
 /// Whether the move in `m` was made on this disk: same size (and serial
 /// and WWN where both sides know them), and each table region it writes
-/// still holds the old or the new bytes.
+/// still holds the old or the new bytes of one of its writes there (an
+/// EBR moved before the copy is written twice).
 pub fn applies(m: &Move, dev: &dyn ReadAt, id: &Identity) -> bool {
     let same = |a: &Option<String>, b: &Option<String>| a.is_none() || b.is_none() || a == b;
     if m.identity.size_bytes != id.size_bytes
@@ -153,9 +154,13 @@ pub fn applies(m: &Move, dev: &dyn ReadAt, id: &Identity) -> bool {
         return false;
     }
     let inside = m.new_start * m.sector_size..(m.new_start + m.sectors) * m.sector_size;
-    m.writes.iter().filter(|w| !inside.contains(&w.offset)).all(|w| {
+    let writes: Vec<_> =
+        m.before.iter().chain(&m.writes).filter(|w| !inside.contains(&w.offset)).collect();
+    writes.iter().all(|w| {
         let mut now = vec![0u8; w.old.len()];
-        dev.read_exact_at(&mut now, w.offset).is_ok() && (now == w.old || now == w.new)
+        let here = |v: &&&super::Write| v.offset == w.offset && v.old.len() == w.old.len();
+        dev.read_exact_at(&mut now, w.offset).is_ok()
+            && writes.iter().filter(here).any(|v| now == v.old || now == v.new)
     })
 }
 

@@ -150,39 +150,115 @@ fn move_logical(m: &mut MbrBytes, p: &Partition, new_start: u64) -> Result<(), E
         relative.ok_or(EditError::Range(p.number, new_start, "it must follow its EBR"))?;
     let stored = mbr_u32(p, Some(relative))?;
     let sector = &mut m.ebrs[index].1;
-    // By start and size: an EBR's third or fourth slot may hold an entry
-    // at the same start that the reader dropped (it overruns its link).
+    let (slot, mut e) = logical_entry(sector, p, ebr_lba)?;
+    e.place(stored, new_start);
+    mbr::put_entry(sector, slot, &e);
+    if let Some(previous) = index.checked_sub(1) {
+        relink(&mut m.ebrs[previous].1, p, ebr_lba, None, new_start)?;
+    }
+    Ok(())
+}
+
+/// `p`'s entry in the EBR `sector` at `ebr_lba`, found by start and size:
+/// an EBR's third or fourth slot may hold an entry at the same start that
+/// the reader dropped (it overruns its link).
+fn logical_entry(
+    sector: &[u8],
+    p: &Partition,
+    ebr_lba: u64,
+) -> Result<(usize, mbr::Entry), EditError> {
     let found = (0..4).find_map(|s| {
         let e = mbr::entry_at(sector, s)?;
         let here = u64::from(e.start_lba).checked_add(ebr_lba) == Some(p.start);
         let same = here && u64::from(e.sectors) == p.size;
         (!e.is_empty() && !e.is_extended() && same).then_some((s, e))
     });
-    let (slot, mut e) = found.ok_or(EditError::Stale(p.number))?;
-    e.place(stored, new_start);
-    mbr::put_entry(sector, slot, &e);
-    if let Some(previous) = index.checked_sub(1) {
-        relink(&mut m.ebrs[previous].1, p, ebr_lba, new_start)?;
-    }
-    Ok(())
+    found.ok_or(EditError::Stale(p.number))
 }
 
-/// Resize the link entry pointing at the EBR at `ebr_lba` so it spans to
-/// the logical's new end, when it spanned to the old one.
-fn relink(sector: &mut [u8], p: &Partition, ebr_lba: u64, new_start: u64) -> Result<(), EditError> {
+/// Point the link entry at the EBR at `ebr_lba` to `moved_to` (the EBR's
+/// new LBA, relative to the extended partition at `ext_start`), and resize
+/// it to span to the logical's end at `new_start` when it spanned to its
+/// old end.
+fn relink(
+    sector: &mut [u8],
+    p: &Partition,
+    ebr_lba: u64,
+    moved_to: Option<(u64, u64)>,
+    new_start: u64,
+) -> Result<(), EditError> {
+    let new_ebr = moved_to.map_or(ebr_lba, |(to, _)| to);
     let old_span = p.start.checked_add(p.size).and_then(|e| e.checked_sub(ebr_lba));
-    let new_span = new_start.checked_add(p.size).and_then(|e| e.checked_sub(ebr_lba));
+    let new_span = new_start.checked_add(p.size).and_then(|e| e.checked_sub(new_ebr));
     let new_span = mbr_u32(p, new_span)?;
+    let mut found = false;
     for slot in 0..4 {
         let Some(mut e) = mbr::entry_at(sector, slot).filter(|e| e.is_extended()) else {
             continue;
         };
         if Some(u64::from(e.sectors)) == old_span {
             e.sectors = new_span;
-            mbr::put_entry(sector, slot, &e);
         }
+        if let Some((to, ext_start)) = moved_to {
+            if u64::from(e.start_lba).checked_add(ext_start) != Some(ebr_lba) {
+                continue;
+            }
+            e.place(mbr_u32(p, to.checked_sub(ext_start))?, to);
+            found = true;
+        }
+        mbr::put_entry(sector, slot, &e);
+    }
+    if moved_to.is_some() && !found {
+        return Err(EditError::Stale(p.number));
     }
     Ok(())
+}
+
+impl TableBytes {
+    /// Move the EBR of logical `p` to `new_ebr`, inside the extended
+    /// partition `ext` and before the logical, which stays where it is: the
+    /// EBR's copy goes to its new place and the link before it (relative to
+    /// `ext`'s start) points there. The first EBR, at `ext`'s start, stays:
+    /// every link is relative to it.
+    pub fn move_ebr(
+        &mut self,
+        p: &Partition,
+        new_ebr: u64,
+        ext: &Partition,
+    ) -> Result<(), EditError> {
+        let ext_start = ext.start;
+        let TableBytes::Mbr(m) = self else {
+            return Err(EditError::Unsafe(format!("partition {} has no EBR", p.number)));
+        };
+        let ebr_lba = p.ebr.ok_or(EditError::Stale(p.number))?;
+        let index = m.ebrs.iter().position(|(lba, _)| *lba == ebr_lba);
+        let previous = index.and_then(|i| i.checked_sub(1));
+        let (Some(index), Some(previous)) = (index, previous) else {
+            return Err(EditError::Unsafe(format!(
+                "partition {}'s EBR is the extended partition's first sector",
+                p.number
+            )));
+        };
+        let inside = new_ebr > ext_start && new_ebr - ext_start < ext.size;
+        if !inside || new_ebr >= p.start || m.ebrs.iter().any(|(l, _)| *l == new_ebr) {
+            return Err(EditError::Range(p.number, new_ebr, "its EBR cannot go there"));
+        }
+        let mut sector = m.ebrs[index].1.clone();
+        let (slot, mut e) = logical_entry(&sector, p, ebr_lba)?;
+        // Other entries are relative to the EBR too: they would move with it.
+        let mut others = (0..4).filter(|&s| s != slot).filter_map(|s| mbr::entry_at(&sector, s));
+        if others.any(|o| !o.is_empty() && !o.is_extended()) {
+            return Err(EditError::Unsafe(format!(
+                "partition {}'s EBR describes more than that partition",
+                p.number
+            )));
+        }
+        e.start_lba = mbr_u32(p, p.start.checked_sub(new_ebr))?;
+        mbr::put_entry(&mut sector, slot, &e);
+        relink(&mut m.ebrs[previous].1, p, ebr_lba, Some((new_ebr, ext_start)), p.start)?;
+        m.ebrs[index] = (new_ebr, sector);
+        Ok(())
+    }
 }
 
 fn mbr_u32(p: &Partition, v: Option<u64>) -> Result<u32, EditError> {
@@ -256,6 +332,58 @@ mod tests {
         assert_eq!(got, [(1, 1, 63), (2, 64, 256), (5, 65, 63), (6, 129, 63), (7, 200, 100)]);
         let link = mbr::entry_at(&img[128 * 512..129 * 512], 1).unwrap();
         assert_eq!((link.start_lba, link.sectors), (128, 108), "spans EBR 192 to the new end");
+    }
+
+    #[test]
+    fn an_ebr_moves_before_its_logical_which_stays() {
+        // Logical 6 (EBR 128, at 129+63) shrunk from the front: EBR 128,
+        // logical at 140+52, so its EBR may go to 139. A span link (fdisk's)
+        // follows: EBR 64's link to 128 spans to logical 6's end.
+        let mut img = mbr_extended();
+        mbr_entry(&mut img, 128 * 512, 0, 0x83, 12, 52);
+        mbr_entry(&mut img, 64 * 512, 1, 0x05, 64, 64);
+        let before = read(&img, 512, img.len() as u64).unwrap();
+        let p = before.partitions.iter().find(|p| p.number == 6).unwrap().clone();
+        let mut table = read_bytes(&img, &before).unwrap();
+        table.move_ebr(&p, 139, &before.partitions[1]).unwrap();
+        apply(&mut img, &table);
+        let after = read(&img, 512, img.len() as u64).unwrap();
+        assert!(after.problems.is_empty(), "{:?}", after.problems);
+        let got: Vec<_> = after.partitions.iter().map(|p| (p.number, p.start, p.ebr)).collect();
+        assert_eq!(
+            got,
+            [
+                (1, 1, None),
+                (2, 64, None),
+                (5, 65, Some(64)),
+                (6, 140, Some(139)),
+                (7, 193, Some(192))
+            ]
+        );
+        let link = mbr::entry_at(&img[64 * 512..], 1).unwrap();
+        assert_eq!((link.start_lba, link.sectors), (75, 53), "points at 139, spans to 191");
+        assert_eq!(mbr::entry_at(&img[139 * 512..], 1), mbr::entry_at(&img[128 * 512..], 1));
+    }
+
+    #[test]
+    fn an_ebr_that_cannot_move_is_refused() {
+        let img = mbr_extended();
+        let layout = read(&img, 512, img.len() as u64).unwrap();
+        let mut table = read_bytes(&img, &layout).unwrap();
+        let ext = layout.partitions[1].clone();
+        let first = layout.partitions[2].clone();
+        let err = table.move_ebr(&first, 63, &ext).unwrap_err();
+        assert!(err.to_string().contains("extended partition's first sector"), "{err}");
+        let sixth = layout.partitions[3].clone();
+        assert!(matches!(table.move_ebr(&sixth, 129, &ext), Err(EditError::Range(6, 129, _))));
+        assert!(matches!(table.move_ebr(&sixth, 64, &ext), Err(EditError::Range(6, 64, _))));
+        let mut shared = img.clone();
+        mbr_entry(&mut shared, 128 * 512, 0, 0x83, 4, 60);
+        mbr_entry(&mut shared, 128 * 512, 2, 0x83, 1, 2);
+        let layout = read(&shared, 512, shared.len() as u64).unwrap();
+        let p = layout.partitions.iter().find(|p| p.start == 132).unwrap().clone();
+        let err = read_bytes(&shared, &layout).unwrap().move_ebr(&p, 127, &ext).unwrap_err();
+        assert!(err.to_string().contains("describes more than"), "{err}");
     }
 
     #[test]

@@ -85,13 +85,14 @@ fn encode_gpt(g: &GptBytes) -> Vec<Chunk> {
     ]
 }
 
-/// MBR: EBRs first (unreachable until the MBR points at them), then the
-/// MBR, then zeros over any GPT headers an earlier table left, so no tool
-/// mistakes the disk for GPT.
+/// MBR: EBRs first, the last of the chain first (each is unreachable
+/// until the one before it, or the MBR, points at it), then the MBR, then
+/// zeros over any GPT headers an earlier table left, so no tool mistakes
+/// the disk for GPT.
 fn encode_mbr(m: &MbrBytes) -> Vec<Chunk> {
     let ss = m.sector_size;
     let mut out: Vec<Chunk> =
-        m.ebrs.iter().map(|(lba, sector)| chunk(lba * ss, sector.clone(), "ebr")).collect();
+        m.ebrs.iter().rev().map(|(lba, sector)| chunk(lba * ss, sector.clone(), "ebr")).collect();
     out.push(chunk(0, m.mbr.clone(), "mbr"));
     out.extend(m.wipes.iter().map(|lba| chunk(lba * ss, vec![0u8; ss as usize], "stale gpt wipe")));
     out

@@ -165,7 +165,8 @@ crash_case() {
     mbr-63-64) run_case "$1" 512 1 'printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' --to 64 ;;
     mbr-63-2048) run_case "$1" 512 1 'printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' --to 2048 ;;
     gpt-34-2048) run_case "$1" 512 1 'sgdisk -a 1 -n 1:34:+4M "$T" >/dev/null' --to 2048 ;;
-    logical) run_case "$1" 512 5 'printf "label: dos\nstart=2048,size=40000,type=5\nstart=2051,size=8192\n" | sfdisk -q "$T"' ;;
+    # Logical 6's EBR (16384) moves to 16383, before the copy covers it.
+    logical) run_case "$1" 512 6 'printf "label: dos\nstart=2048,size=40000,type=5\nstart=2056,size=8192\nstart=16385,size=8192\n" | sfdisk -q "$T"' --to 16384 ;;
     4kn) run_case "$1" 4096 1 'printf "label: dos\nstart=5,size=1024\n" | sfdisk -q "$T"' --to 256 ;;
     *) echo "crash.sh: no case $1" >&2; exit 2 ;;
   esac
