@@ -238,7 +238,8 @@ mod tests {
             optimal_io: None,
         };
         let request = roundtrip::request(Size::Rest, "linux", None, None);
-        let plan = plan::plan(&geometry, size_bytes, Label::Gpt, Align::Optimal, false, &[request]).unwrap();
+        let plan = plan::plan(&geometry, size_bytes, Label::Gpt, Align::Optimal, false, &[request])
+            .unwrap();
         let mut img = Image::blank(size_bytes);
         roundtrip::apply(&mut img, &plan.table(&roundtrip::ids(1, 7)).unwrap());
         // Partition 1 ends one sector earlier, in both entry arrays.

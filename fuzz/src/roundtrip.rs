@@ -128,9 +128,11 @@ pub fn move_ebr(img: &mut Image, layout: &Layout, pick: u32, back: u32) {
         layout.partitions.iter().filter(|p| p.kind == PartKind::Logical).collect();
     let Some(&p) = logicals.get(pick as usize % logicals.len().max(1)) else { return };
     let Some(ebr) = p.ebr else { return };
-    let Some(ext) = layout.partitions.iter().find(|q| {
-        q.kind == PartKind::Extended && q.start <= ebr && ebr - q.start < q.size
-    }) else {
+    let Some(ext) = layout
+        .partitions
+        .iter()
+        .find(|q| q.kind == PartKind::Extended && q.start <= ebr && ebr - q.start < q.size)
+    else {
         return;
     };
     let Some(new_ebr) = p.start.checked_sub(1 + u64::from(back % 4096)) else { return };
