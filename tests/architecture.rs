@@ -126,31 +126,65 @@ fn no_subcommand_imports_another() {
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
-/// The first segment of every item of every `use super::...;`.
+/// The first segment of every path through `super::` (or `crate::cli::`,
+/// the same files named from the root): in `use` statements, groups
+/// included, and in expressions such as `super::bench::with_progress(..)`.
+/// Comment lines are skipped: naming another file in prose is no import.
 fn super_imports(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .flat_map(|l| [l, "\n"])
+        .collect();
     let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(i) = rest.find("use super::") {
-        rest = &rest[i + "use super::".len()..];
-        let statement = &rest[..rest.find(';').unwrap_or(rest.len())];
-        let inner = statement.trim().trim_start_matches('{');
-        let (mut depth, mut item) = (0, String::new());
-        for c in inner.chars().chain([',']) {
-            match c {
-                '{' => depth += 1,
-                '}' => depth -= 1,
-                ',' if depth <= 0 => {
-                    let word: String = item
-                        .trim()
-                        .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                        .collect();
-                    out.extend(Some(word).filter(|w| !w.is_empty()));
-                    item.clear();
-                }
-                c => item.push(c),
+    for prefix in ["super::", "crate::cli::"] {
+        for (i, _) in code.match_indices(prefix) {
+            // `super::super::x` and `a::super::x` start no path of their own.
+            let before = code[..i].chars().next_back();
+            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
+                out.extend(first_segments(&code[i + prefix.len()..]));
             }
         }
     }
     out
+}
+
+/// The first segment of the path that starts `text`, or of each item of
+/// the `{...}` group it starts with.
+fn first_segments(text: &str) -> Vec<String> {
+    let word = |s: &str| -> String {
+        s.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+    };
+    let Some(group) = text.strip_prefix('{') else {
+        return vec![word(text)].into_iter().filter(|w| !w.is_empty()).collect();
+    };
+    let mut out = Vec::new();
+    let (mut depth, mut item) = (0, String::new());
+    for c in group.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => break,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                out.extend(Some(word(&item)).filter(|w| !w.is_empty()));
+                item.clear();
+                continue;
+            }
+            _ => {}
+        }
+        item.push(c);
+    }
+    out.extend(Some(word(&item)).filter(|w| !w.is_empty()));
+    out
+}
+
+#[test]
+fn super_imports_sees_uses_groups_and_expressions() {
+    let text = "use super::output::OutputArgs;\nuse super::{bench::{self, x}, EXIT_OK};\n\
+                // super::comment::ignored\nlet r = super::probe::run(a);\n\
+                crate::cli::audit::run(); super::super::y;";
+    assert_eq!(
+        super_imports(text),
+        ["output", "bench", "EXIT_OK", "probe", "super", "audit"].map(String::from)
+    );
 }

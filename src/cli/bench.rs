@@ -4,16 +4,12 @@
 use super::output::OutputArgs;
 use super::{EXIT_ERROR, EXIT_OK};
 use anyhow::{bail, Context};
-use blkalign::bench::{self, plan, rng::Rng, safety, stats, CellResult, Mode, Phase, Plan};
+use blkalign::bench::{self, plan, rng::Rng, safety, CellResult, Mode, Phase, Plan};
 use blkalign::bench::{cpu_latency::CpuLatency, Progress, Report, Span};
 use blkalign::device::{self, SysRoot};
 use blkalign::report::table::{self, Column, Kind, Style, Units};
 use blkalign::units::{size_arg, SIZE_SYNTAX};
-use indicatif::{HumanDuration, ProgressBar};
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, clap::ValueEnum)]
 pub enum Pattern {
@@ -188,7 +184,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let first = if mode == Mode::Write { Phase::Backup } else { Phase::Timed };
     let progress = Progress::new(total, first);
     let held = hold_cpu_latency(args.cpu_latency);
-    let report = with_progress(&progress, "requests", || {
+    let report = super::output::with_progress(&progress, "requests", || {
         bench::run(&file, &plan, mode, engine, &mut rng, &progress)
     })?;
     drop(held);
@@ -322,64 +318,6 @@ fn default_offsets(size: u64, logical: u64) -> Vec<u64> {
         vec![0, logical]
     } else {
         vec![0]
-    }
-}
-
-/// How often the bar is redrawn and progress sampled.
-const TICK: Duration = Duration::from_millis(200);
-
-/// Runs `work` while a bar on stderr shows `progress` counted in `unit`,
-/// when stderr is a terminal (nothing otherwise: a pipe or a log gets no
-/// bar). The ETA is [`stats::eta`]'s, from progress sampled every TICK.
-pub(super) fn with_progress<T>(progress: &Progress, unit: &str, work: impl FnOnce() -> T) -> T {
-    if !std::io::stderr().is_terminal() {
-        return work();
-    }
-    let template = format!("{{prefix}} {{wide_bar}} {{pos}}/{{len}} {unit}, {{msg}}");
-    let bar = super::output::bar(0, &template);
-    let (stop, stopped) = mpsc::channel::<()>();
-    let out = std::thread::scope(|scope| {
-        let shown = bar.clone();
-        scope.spawn(move || watch(progress, &shown, &stopped));
-        let out = work();
-        drop(stop);
-        out
-    });
-    bar.finish_and_clear();
-    out
-}
-
-/// Redraws `bar` every TICK until `stopped` says the work is over.
-fn watch(progress: &Progress, bar: &ProgressBar, stopped: &mpsc::Receiver<()>) {
-    let start = Instant::now();
-    let mut samples = Vec::new();
-    loop {
-        let (done, total) = progress.counts();
-        samples.push((start.elapsed().as_secs_f64(), done));
-        // Drawn once there is a plan: an empty one would show as complete.
-        if total > 0 {
-            let eta = stats::eta(&samples, total).map_or_else(
-                || "ETA once requests complete".to_string(),
-                |s| format!("ETA {}", HumanDuration(Duration::from_secs_f64(s.clamp(0.0, 1e9)))),
-            );
-            bar.set_prefix(phase_label(progress.phase()));
-            bar.set_length(total);
-            bar.set_position(done);
-            bar.set_message(eta);
-        }
-        if stopped.recv_timeout(TICK) != Err(RecvTimeoutError::Timeout) {
-            return;
-        }
-    }
-}
-
-fn phase_label(phase: Phase) -> &'static str {
-    match phase {
-        Phase::Backup => "backup read (untimed)",
-        Phase::Timed => "timing",
-        Phase::Locate => "probe: finding fast offsets",
-        Phase::Knee => "probe: finding the smallest fast size",
-        Phase::Sweep => "probe: sweeping the offsets",
     }
 }
 

@@ -13,9 +13,16 @@
 //!    (None: `--output help` was printed), then
 //!    `super::emit(&args.output.table(&columns, &rows))?`, or
 //!    `args.output.style()` for a report that prints more than one table.
+//!
+//! Also the progress bars on stderr that long runs (`bench`, `probe`,
+//! `realign`) share: [`bar`], and [`with_progress`] for a [`Progress`].
 
+use blkalign::bench::{stats, Phase, Progress};
 use blkalign::report::table::{self, Column, Style, Units};
+use indicatif::{HumanDuration, ProgressBar};
 use std::io::IsTerminal;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::{Duration, Instant};
 
 /// Options for human-readable tables.
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -147,4 +154,62 @@ pub fn bar(total: u64, template: &str) -> indicatif::ProgressBar {
         bar.set_style(style.progress_chars("=> "));
     }
     bar
+}
+
+/// How often the bar is redrawn and progress sampled.
+const TICK: Duration = Duration::from_millis(200);
+
+/// Runs `work` while a bar on stderr shows `progress` counted in `unit`,
+/// when stderr is a terminal (nothing otherwise: a pipe or a log gets no
+/// bar). The ETA is [`stats::eta`]'s, from progress sampled every TICK.
+pub fn with_progress<T>(progress: &Progress, unit: &str, work: impl FnOnce() -> T) -> T {
+    if !std::io::stderr().is_terminal() {
+        return work();
+    }
+    let template = format!("{{prefix}} {{wide_bar}} {{pos}}/{{len}} {unit}, {{msg}}");
+    let bar = bar(0, &template);
+    let (stop, stopped) = mpsc::channel::<()>();
+    let out = std::thread::scope(|scope| {
+        let shown = bar.clone();
+        scope.spawn(move || watch(progress, &shown, &stopped));
+        let out = work();
+        drop(stop);
+        out
+    });
+    bar.finish_and_clear();
+    out
+}
+
+/// Redraws `bar` every TICK until `stopped` says the work is over.
+fn watch(progress: &Progress, bar: &ProgressBar, stopped: &mpsc::Receiver<()>) {
+    let start = Instant::now();
+    let mut samples = Vec::new();
+    loop {
+        let (done, total) = progress.counts();
+        samples.push((start.elapsed().as_secs_f64(), done));
+        // Drawn once there is a plan: an empty one would show as complete.
+        if total > 0 {
+            let eta = stats::eta(&samples, total).map_or_else(
+                || "ETA once requests complete".to_string(),
+                |s| format!("ETA {}", HumanDuration(Duration::from_secs_f64(s.clamp(0.0, 1e9)))),
+            );
+            bar.set_prefix(phase_label(progress.phase()));
+            bar.set_length(total);
+            bar.set_position(done);
+            bar.set_message(eta);
+        }
+        if stopped.recv_timeout(TICK) != Err(RecvTimeoutError::Timeout) {
+            return;
+        }
+    }
+}
+
+fn phase_label(phase: Phase) -> &'static str {
+    match phase {
+        Phase::Backup => "backup read (untimed)",
+        Phase::Timed => "timing",
+        Phase::Locate => "probe: finding fast offsets",
+        Phase::Knee => "probe: finding the smallest fast size",
+        Phase::Sweep => "probe: sweeping the offsets",
+    }
 }

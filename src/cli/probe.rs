@@ -74,7 +74,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let opts = ProbeOptions { seed: args.seed, sys: root.sys, within };
     let progress = Progress::new(0, Phase::Locate);
     let result =
-        super::bench::with_progress(&progress, "writes", || probe_with(&file, &opts, &progress))
+        super::output::with_progress(&progress, "writes", || probe_with(&file, &opts, &progress))
             .with_context(|| format!("probing {}", target.display()))?;
     if args.json {
         super::emit_json(&result)?;
