@@ -17,7 +17,7 @@ pub mod svg;
 pub mod uring;
 
 pub use io::{device_info, open_direct, reopen_direct, DeviceInfo, KernelView, Mode};
-pub use plan::{Cell, Plan, Span};
+pub use plan::{Cell, Plan, Span, Workload};
 
 use rng::Rng;
 use serde::Serialize;
@@ -104,7 +104,29 @@ pub enum Engine {
     IoUring { depth: u32 },
 }
 
+/// Why io_uring cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum Unavailable {
+    /// Refused by this kernel or sandbox.
+    #[cfg(feature = "io_uring")]
+    #[error("io_uring is unavailable here ({0})")]
+    Refused(std::io::Error),
+    #[cfg(not(feature = "io_uring"))]
+    #[error("built without the io_uring feature (queue depth {0} ignored)")]
+    NotBuilt(u32),
+}
+
 impl Engine {
+    /// io_uring at `depth`, when this build and this kernel allow it.
+    pub fn io_uring(depth: u32) -> Result<Engine, Unavailable> {
+        #[cfg(feature = "io_uring")]
+        return uring::check(depth)
+            .map(|()| Engine::IoUring { depth })
+            .map_err(Unavailable::Refused);
+        #[cfg(not(feature = "io_uring"))]
+        Err(Unavailable::NotBuilt(depth))
+    }
+
     fn describe(self) -> (&'static str, u32) {
         match self {
             Engine::Psync => ("psync", 1),
@@ -147,6 +169,13 @@ impl Progress {
             total: AtomicU64::new(total),
             phase: AtomicU8::new(phase as u8),
         }
+    }
+
+    /// For [`run`] of `plan` in `mode`: a write first reads what it will
+    /// put back.
+    pub fn of(plan: &Plan, mode: Mode) -> Progress {
+        let total = plan.cells.iter().map(|c| c.positions.len() as u64).sum();
+        Progress::new(total, if mode == Mode::Write { Phase::Backup } else { Phase::Timed })
     }
 
     /// Requests finished, and requests planned (probe's plan grows as its
@@ -296,6 +325,19 @@ mod tests {
         progress.start_backup();
         progress.finish_one();
         assert_eq!(progress.phase(), Phase::Sweep);
+    }
+
+    #[test]
+    fn progress_of_a_plan_counts_its_requests_and_starts_as_the_mode_does() {
+        let cell = |n| Cell { size: 512, offset: 0, step: 512, positions: vec![0; n] };
+        let plan = Plan { cells: vec![cell(2), cell(3)], run: 1 };
+        let phase_and_total = |mode| {
+            let progress = Progress::of(&plan, mode);
+            (progress.phase(), progress.counts().1)
+        };
+        assert_eq!(phase_and_total(Mode::Write), (Phase::Backup, 5));
+        assert_eq!(phase_and_total(Mode::Read), (Phase::Timed, 5));
+        assert_eq!(phase_and_total(Mode::Destructive), (Phase::Timed, 5));
     }
 
     #[test]

@@ -23,6 +23,17 @@ pub struct Plan {
     pub run: usize,
 }
 
+impl Plan {
+    /// Whether some size is measured at two or more offsets: a line to draw
+    /// (see [`super::svg`]).
+    pub fn has_line(&self) -> bool {
+        let mut cells: Vec<(u64, u64)> = self.cells.iter().map(|c| (c.size, c.offset)).collect();
+        cells.sort_unstable();
+        cells.dedup();
+        cells.windows(2).any(|pair| pair[0].0 == pair[1].0)
+    }
+}
+
 /// Where on the device the workload may go, in bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Span {
@@ -75,6 +86,59 @@ fn check_sector(what: &str, value: u64, logical: u64) -> Result<(), BenchError> 
         )));
     }
     Ok(())
+}
+
+/// A workload as a command asks for it: each figure left out (None, or an
+/// empty list) takes its default.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// [`random`]: the size [default: 4096, or the logical sector when
+    /// larger], the offsets [default: 0 and the logical sector, when
+    /// smaller than the size], the requests per cell [default: 1000].
+    Random { size: Option<u64>, offsets: Vec<u64>, count: Option<u64> },
+    /// [`phybs`]: the requests per cell [default: 100].
+    Phybs { count: Option<u64> },
+    /// [`stride`]: the size as for random, the stride [default: the size],
+    /// the bytes from each base [default: 4 MiB], the base sectors
+    /// [default: 0, 8, 34, 40, 42, the articles' partition starts].
+    Stride { size: Option<u64>, stride: Option<u64>, total: Option<u64>, bases: Vec<u64> },
+}
+
+impl Workload {
+    /// The plan of this workload within `span`.
+    pub fn plan(&self, span: Span, logical: u64, rng: &mut Rng) -> Result<Plan, BenchError> {
+        let size = |asked: &Option<u64>| asked.unwrap_or(logical.max(4096));
+        let or = |given: &Vec<u64>, default: Vec<u64>| {
+            if given.is_empty() {
+                default
+            } else {
+                given.clone()
+            }
+        };
+        match self {
+            Workload::Random { size: asked, offsets, count } => {
+                let size = size(asked);
+                let offsets = or(offsets, default_offsets(size, logical));
+                random(size, &offsets, count.unwrap_or(1000), span, logical, rng)
+            }
+            Workload::Phybs { count } => phybs(count.unwrap_or(100), span, logical),
+            Workload::Stride { size: asked, stride: step, total, bases } => {
+                let size = size(asked);
+                let bases = or(bases, vec![0, 8, 34, 40, 42]);
+                stride(size, step.unwrap_or(size), total.unwrap_or(4 << 20), &bases, span, logical)
+            }
+        }
+    }
+}
+
+/// The offsets `random` compares unless told: aligned against one logical
+/// sector off, when the size allows both.
+fn default_offsets(size: u64, logical: u64) -> Vec<u64> {
+    if logical < size {
+        vec![0, logical]
+    } else {
+        vec![0]
+    }
 }
 
 /// `count` writes of `size` at random points of a `size` grid plus each
@@ -214,6 +278,41 @@ mod tests {
         assert!(random(4096, &[100], 1, SPAN, 512, &mut Rng::new(1)).is_err());
         let tiny = Span { start: 0, len: 4096 };
         assert!(random(4096, &[512], 1, tiny, 512, &mut Rng::new(1)).is_err());
+    }
+
+    #[test]
+    fn default_offsets_and_lines() {
+        assert_eq!(default_offsets(4096, 512), [0, 512]);
+        assert_eq!(default_offsets(4096, 4096), [0]);
+        let two = random(4096, &default_offsets(4096, 512), 1, SPAN, 512, &mut Rng::new(1));
+        assert!(two.unwrap().has_line());
+        let one = random(4096, &default_offsets(4096, 4096), 1, SPAN, 4096, &mut Rng::new(1));
+        assert!(!one.unwrap().has_line());
+        // Each size at one offset of its own: no size has a line.
+        assert!(!stride(4096, 4096, 1 << 16, &[0], SPAN, 512).unwrap().has_line());
+        assert!(phybs(1, SPAN, 512).unwrap().has_line());
+    }
+
+    #[test]
+    fn workloads_take_the_defaults_left_out() {
+        let span = Span { start: 0, len: 64 << 20 };
+        let plan = |w: Workload, logical| w.plan(span, logical, &mut Rng::new(1)).unwrap();
+        let random = plan(Workload::Random { size: None, offsets: vec![], count: None }, 512);
+        let cells: Vec<_> =
+            random.cells.iter().map(|c| (c.size, c.offset, c.positions.len())).collect();
+        assert_eq!(cells, [(4096, 0, 1000), (4096, 512, 1000)]);
+        let big = plan(Workload::Random { size: None, offsets: vec![], count: Some(2) }, 8192);
+        assert_eq!((big.cells.len(), big.cells[0].size), (1, 8192));
+        assert_eq!(plan(Workload::Phybs { count: None }, 512).cells[0].positions.len(), 100);
+        let bases = Workload::Stride { size: None, stride: None, total: None, bases: vec![] };
+        let stride = plan(bases, 512);
+        let offsets: Vec<u64> = stride.cells.iter().map(|c| c.offset).collect();
+        assert_eq!(offsets, [0, 4096, 17408, 20480, 21504]);
+        assert_eq!(stride.cells[0].positions.len(), 1024);
+        let given =
+            Workload::Stride { size: Some(512), stride: Some(1024), total: None, bases: vec![1] };
+        let given = plan(given, 512);
+        assert_eq!((given.cells[0].offset, given.cells[0].positions.len()), (512, 4096));
     }
 
     #[test]

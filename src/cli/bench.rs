@@ -4,10 +4,9 @@
 use super::output::OutputArgs;
 use super::{EXIT_ERROR, EXIT_OK};
 use anyhow::{bail, Context};
-use blkalign::bench::{self, plan, rng::Rng, safety, CellResult, Mode, Phase, Plan};
-use blkalign::bench::{cpu_latency::CpuLatency, Progress, Report, Span};
+use blkalign::bench::{self, rng::Rng, safety, Mode, Workload};
+use blkalign::bench::{cpu_latency::CpuLatency, Progress, Span};
 use blkalign::device::{self, SysRoot};
-use blkalign::report::table::{self, Column, Kind, Style, Units};
 use blkalign::units::{size_arg, SIZE_SYNTAX};
 use std::path::PathBuf;
 
@@ -153,7 +152,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if let Err(message) = ignored(&args) {
         return usage_error(&message);
     }
-    let all = columns();
+    let all = blkalign::report::bench::columns();
     let Some(columns) = args.output.columns(&all)? else { return Ok(EXIT_OK) };
     let target = args.target.as_deref().context("name the disk, partition or image to time")?;
     if args.destructive && !args.yes {
@@ -173,16 +172,14 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let info = bench::device_info(&file, &root.sys)?;
     let mut rng = args.seed.map_or_else(Rng::from_clock, Rng::new);
     let span = Span { start: 0, len: args.span.unwrap_or(info.size).min(info.size) };
-    let plan = make_plan(&args, info.logical, span, &mut rng)?;
-    if args.svg.is_some() && !has_line(&plan) {
+    let plan = workload(&args).plan(span, info.logical, &mut rng)?;
+    if args.svg.is_some() && !plan.has_line() {
         return usage_error(
             "--svg draws IOPS against offset, and this run measures every size at one offset only",
         );
     }
     let engine = engine(args.engine, args.iodepth.unwrap_or(1));
-    let total = plan.cells.iter().map(|c| c.positions.len() as u64).sum();
-    let first = if mode == Mode::Write { Phase::Backup } else { Phase::Timed };
-    let progress = Progress::new(total, first);
+    let progress = Progress::of(&plan, mode);
     let held = hold_cpu_latency(args.cpu_latency);
     let report = super::output::with_progress(&progress, "requests", || {
         bench::run(&file, &plan, mode, engine, &mut rng, &progress)
@@ -197,7 +194,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     } else {
         super::emit(&args.output.table(&columns, &report.results))?;
         if !args.output.raw {
-            super::emit(&summary(&report, &args.output.style()))?;
+            super::emit(&blkalign::report::bench::summary(&report, &args.output.style()))?;
         }
     }
     Ok(EXIT_OK)
@@ -281,118 +278,17 @@ fn usage_error(message: &str) -> anyhow::Result<u8> {
     Ok(EXIT_ERROR)
 }
 
-/// Whether some size is measured at two or more offsets: a line to draw.
-fn has_line(plan: &Plan) -> bool {
-    let mut cells: Vec<(u64, u64)> = plan.cells.iter().map(|c| (c.size, c.offset)).collect();
-    cells.sort_unstable();
-    cells.dedup();
-    cells.windows(2).any(|pair| pair[0].0 == pair[1].0)
-}
-
-fn make_plan(args: &Args, logical: u64, span: Span, rng: &mut Rng) -> anyhow::Result<Plan> {
-    let size = args.size.unwrap_or(logical.max(4096));
-    let plan = match args.pattern {
-        Pattern::Random => {
-            let offsets = if args.offset.is_empty() {
-                default_offsets(size, logical)
-            } else {
-                args.offset.clone()
-            };
-            plan::random(size, &offsets, args.count.unwrap_or(1000), span, logical, rng)?
-        }
-        Pattern::Phybs => plan::phybs(args.count.unwrap_or(100), span, logical)?,
+/// The workload asked for; the library fills in what is left out.
+fn workload(args: &Args) -> Workload {
+    let (size, count) = (args.size, args.count);
+    match args.pattern {
+        Pattern::Random => Workload::Random { size, offsets: args.offset.clone(), count },
+        Pattern::Phybs => Workload::Phybs { count },
         Pattern::Stride => {
-            let stride = args.stride.unwrap_or(size);
-            let total = args.total.unwrap_or(4 << 20);
-            let bases =
-                if args.base.is_empty() { vec![0, 8, 34, 40, 42] } else { args.base.clone() };
-            plan::stride(size, stride, total, &bases, span, logical)?
+            let (stride, total, bases) = (args.stride, args.total, args.base.clone());
+            Workload::Stride { size, stride, total, bases }
         }
-    };
-    Ok(plan)
-}
-
-/// Aligned against one logical sector off, when the size allows both.
-fn default_offsets(size: u64, logical: u64) -> Vec<u64> {
-    if logical < size {
-        vec![0, logical]
-    } else {
-        vec![0]
     }
-}
-
-/// The columns `-o` picks from: phybs' figures, then latency percentiles.
-fn columns() -> Vec<Column<CellResult>> {
-    use Kind::Number;
-    let column = |name, about, default, value| Column { name, about, kind: Number, default, value };
-    vec![
-        column("COUNT", "requests measured", true, |r: &CellResult, _| r.count.to_string()),
-        column("SIZE", "bytes per request (with --bytes: in bytes)", true, |r, u: Units| {
-            u.size(r.size)
-        }),
-        column(
-            "OFFSET",
-            "offset of the requests from the grid (with --bytes: in bytes)",
-            true,
-            |r, u| u.size(r.offset),
-        ),
-        column("STEP", "distance between positions (with --bytes: in bytes)", true, |r, u| {
-            u.size(r.step)
-        }),
-        column("MSEC", "summed latency, milliseconds", true, |r, _| format!("{:.1}", r.msec)),
-        column(
-            "IOPS",
-            "requests per second from latency: COUNT ÷ MSEC (phybs' tps)",
-            true,
-            |r, _| format!("{:.1}", r.iops),
-        ),
-        column("KBPS", "kilobytes (1000 bytes) per second, from latency as IOPS", true, |r, _| {
-            format!("{:.1}", r.kbps)
-        }),
-        column("P5", "5th percentile latency, microseconds", true, |r, _| {
-            format!("{:.0}", r.lat_us.p5)
-        }),
-        column("P50", "median latency, microseconds", true, |r, _| format!("{:.0}", r.lat_us.p50)),
-        column("P95", "95th percentile latency, microseconds", true, |r, _| {
-            format!("{:.0}", r.lat_us.p95)
-        }),
-    ]
-}
-
-/// What the run sustained, and each size's penalty.
-fn summary(report: &Report, style: &Style) -> String {
-    let units = style.units;
-    let requests: u64 = report.results.iter().map(|r| r.count).sum();
-    let mut out = format!(
-        "{requests} requests in {:.2} s at depth {} ({}): {:.1} IOPS overall\n",
-        report.wall_s, report.iodepth, report.engine, report.throughput_iops
-    );
-    // Requests in flight together share the wall time: a row's rates come
-    // from its requests' own latencies, not from what the queue sustained.
-    if report.iodepth > 1 {
-        let text = format!(
-            "per row, IOPS and KBPS come from the requests' latencies (COUNT ÷ MSEC): the rate \
-             of one request at a time, not of {} in flight",
-            report.iodepth
-        );
-        out += &table::fill("", 2, &text, style.width);
-    }
-    out += &match report.cpu_latency_us {
-        Some(0) => "CPU latency limit: 0 µs, idle CPUs polling\n".to_string(),
-        Some(us) => format!("CPU latency limit: {us} µs\n"),
-        None => "no CPU latency limit: the wakeups of idle CPUs are timed too (--cpu-latency)\n"
-            .to_string(),
-    };
-    for r in &report.ratios {
-        out += &format!(
-            "size {}: offset {} is {:.2}× slower than offset {} (median latency)\n",
-            units.size(r.size),
-            units.size(r.slow_offset),
-            r.ratio,
-            units.size(r.fast_offset)
-        );
-    }
-    out
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -410,14 +306,8 @@ fn engine(asked: EngineArg, depth: u32) -> bench::Engine {
     if asked == EngineArg::Psync {
         return bench::Engine::Psync;
     }
-    #[cfg(feature = "io_uring")]
-    match bench::uring::check(depth) {
-        Ok(()) => return bench::Engine::IoUring { depth },
-        Err(e) => eprintln!("blkalign: io_uring is unavailable here ({e}); using psync"),
-    }
-    #[cfg(not(feature = "io_uring"))]
-    eprintln!(
-        "blkalign: built without the io_uring feature (queue depth {depth} ignored); using psync"
-    );
-    bench::Engine::Psync
+    bench::Engine::io_uring(depth).unwrap_or_else(|e| {
+        eprintln!("blkalign: {e}; using psync");
+        bench::Engine::Psync
+    })
 }

@@ -1,6 +1,7 @@
 //! Printing audits: a human table, the JSON contract, and Prometheus'
-//! textfile format; and the tables every command prints.
+//! textfile format; the tables every command prints, and `bench`'s report.
 
+pub mod bench;
 mod human;
 mod json;
 mod prometheus;
