@@ -4,8 +4,8 @@
 use super::output::OutputArgs;
 use anyhow::{bail, Context};
 use blkalign::align::Geometry;
-use blkalign::device::{self, SysRoot, Target, TargetKind, Topology};
-use blkalign::plan::{self, Align, Label, Plan, Planned, Role, Script};
+use blkalign::device::{self, SysRoot, Target, TargetKind};
+use blkalign::plan::{self, Align, Label, Plan, Planned, Script};
 use blkalign::report::table::{self, Column, Kind, Units};
 use blkalign::report::{partition_name, PARTITION_NAME_ABOUT};
 use serde::Serialize;
@@ -85,12 +85,12 @@ pub fn make(args: &Args, root: &SysRoot) -> anyhow::Result<(Target, Plan)> {
     if let Some(n) = target.selected_partition {
         bail!("{} is partition {n}; name the whole disk {}", path.display(), target.path.display());
     }
-    let topology = topology(args, root, &target)?;
+    let topology = plan::topology(root, &target, &args.geometry.overrides())?;
     // The effective physical sector, as audit judges it.
     let g = topology.geometry(args.geometry.trust_kernel);
     let cannot = || format!("cannot plan {}", target.path.display());
     check_sector_size(&script, &g, &target)?;
-    let align = with_grain(args.align.parse::<Align>()?, &g, script.grain)?;
+    let align = script.align(args.align.parse::<Align>()?, &g)?;
     let cylinders = args.cylinder_compatible;
     let mut plan = plan::plan_script(&g, topology.size_bytes, label, align, cylinders, &script)
         .with_context(cannot)?;
@@ -147,16 +147,6 @@ fn check_sector_size(script: &Script, g: &Geometry, target: &Target) -> anyhow::
     }
 }
 
-/// A script's `grain:` joins the alignment asked for: starts keep both.
-fn with_grain(align: Align, g: &Geometry, grain: Option<u64>) -> anyhow::Result<Align> {
-    let Some(grain) = grain else { return Ok(align) };
-    let ours = plan::grain(g, align)?;
-    let both = blkalign::align::lcm(ours, grain).ok_or_else(|| {
-        anyhow::anyhow!("the script's grain {grain} and {ours} have no common multiple")
-    })?;
-    Ok(Align::Bytes(both))
-}
-
 /// Say what of the script the plan does not keep: identifiers, flags,
 /// and partition numbers it gives otherwise.
 fn tell_dropped(args: &Args, script: &Script, plan: &Plan) {
@@ -168,13 +158,10 @@ fn tell_dropped(args: &Args, script: &Script, plan: &Plan) {
             script.dropped.join(", ")
         );
     }
-    let theirs = |p: &Planned| p.request.and_then(|i| script.numbers.get(i).copied().flatten());
-    let renumbered: Vec<String> = plan
-        .partitions
+    let renumbered: Vec<String> = script
+        .renumbered(plan)
         .iter()
-        .filter_map(|p| {
-            theirs(p).filter(|&n| n != p.number).map(|n| format!("{n} as {}", p.number))
-        })
+        .map(|(theirs, ours)| format!("{theirs} as {ours}"))
         .collect();
     if !renumbered.is_empty() {
         eprintln!(
@@ -186,54 +173,6 @@ fn tell_dropped(args: &Args, script: &Script, plan: &Plan) {
     }
 }
 
-/// An image that cannot be read has no sector size to find: plan nothing
-/// rather than assume 512.
-fn topology(args: &Args, root: &SysRoot, target: &Target) -> anyhow::Result<Topology> {
-    let overrides = args.geometry.overrides();
-    let file = device::open(target)?;
-    if target.kind == TargetKind::Image {
-        check_readable(&file, target)?;
-    }
-    if let (TargetKind::Disk, Some(wanted)) = (target.kind, overrides.logical_sector_size) {
-        refuse_other_logical_size(root, target, Some(&file), wanted)?;
-    }
-    Ok(blkalign::open::topology(root, target, Some(&file), &overrides)?)
-}
-
-/// Read where the sector size is found (the GPT header at byte 512 or
-/// 4096): an I/O error there is an error, not a blank image.
-fn check_readable(file: &std::fs::File, target: &Target) -> anyhow::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut head = vec![0u8; size.min(8192) as usize];
-    file.read_exact_at(&mut head, 0)
-        .map_err(|e| anyhow::anyhow!("{}: cannot read: {e}", target.path.display()))
-}
-
-/// A block device is read and written in the sectors the kernel uses: a
-/// table laid out in any other size is one that no tool (nor the kernel)
-/// finds. Image files may be planned for the disk they will be copied to.
-fn refuse_other_logical_size(
-    root: &SysRoot,
-    target: &Target,
-    file: Option<&std::fs::File>,
-    wanted: u64,
-) -> anyhow::Result<()> {
-    let reported =
-        blkalign::open::topology(root, target, file, &Default::default())?.logical_sector_size;
-    if reported.source != device::Source::Assumed && reported.value != wanted {
-        bail!(
-            "{} is a block device with {}-byte logical sectors; a table laid out for \
-             --logical-sector-size {wanted} would be unreadable there (to prepare an image \
-             for a {wanted}-byte disk, plan an image file instead)",
-            target.path.display(),
-            reported.value
-        );
-    }
-    Ok(())
-}
-
-/// Print the plan with the default columns.
 /// Print `plan` as `args` ask: `plan` itself and `partition`'s dry run.
 pub fn print(target: &Target, plan: &Plan, args: &Args) -> anyhow::Result<()> {
     let all = columns();
@@ -268,10 +207,7 @@ fn heading(target: &Target, plan: &Plan, units: Units) -> String {
     format!(
         "{}: {} label, {ss}-byte sectors, {} sectors ({}), grain {}\n",
         target.path.display(),
-        match plan.label {
-            Label::Gpt => "gpt",
-            Label::Mbr => "mbr",
-        },
+        plan.label.name(),
         plan.total_sectors,
         units.size(plan.total_sectors.saturating_mul(ss)),
         units.size(plan.grain_bytes),
@@ -317,7 +253,7 @@ fn columns<'a>() -> Vec<Column<Row<'a>>> {
         column("SECTORS", "size in logical sectors", Number, |r, _| r.p.size.to_string()),
         column("SIZE", "size (with --bytes: in bytes)", Number, |r, u| u.size(r.bytes(r.p.size))),
         column("ROLE", "primary, extended, logical (MBR) or gpt", Text, |r, _| {
-            role(r.p.role).to_string()
+            r.p.role.name().to_string()
         }),
         column("TYPE", "partition type, by name where it has one", Text, |r, _| {
             blkalign::table::types::name_of(&r.p.type_id).unwrap_or(&r.p.type_id).to_string()
@@ -337,13 +273,4 @@ fn columns<'a>() -> Vec<Column<Row<'a>>> {
         )
         .on_request(),
     ]
-}
-
-fn role(role: Role) -> &'static str {
-    match role {
-        Role::Primary => "primary",
-        Role::Extended => "extended",
-        Role::Logical => "logical",
-        Role::Gpt => "gpt",
-    }
 }

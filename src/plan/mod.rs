@@ -1,10 +1,13 @@
 //! Planning aligned partition tables: where each partition of a request
 //! goes, before anything is written. sfdisk scripts are read in `script`;
-//! a plan's bytes are made by [`crate::table::write`].
+//! the topology planned on is found in `target`; a plan's bytes are made
+//! by [`crate::table::write`].
 
 mod script;
+mod target;
 
 pub use script::{parse_script, BoundError, Container, Reason, Script, ScriptError, SCRIPT_LIMIT};
+pub use target::{topology, TargetError};
 
 use crate::align::{align_down, align_up, lcm, Geometry, MIB};
 use crate::table::gpt::Guid;
@@ -30,6 +33,16 @@ pub const GPT_ENTRIES_BYTES: u64 = table::gpt::NEW_ARRAY_BYTES;
 pub enum Label {
     Gpt,
     Mbr,
+}
+
+impl Label {
+    /// Its name, as in the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Label::Gpt => "gpt",
+            Label::Mbr => "mbr",
+        }
+    }
 }
 
 /// How starts are chosen.
@@ -124,6 +137,18 @@ pub enum Role {
     Gpt,
 }
 
+impl Role {
+    /// Its name, as in the JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Primary => "primary",
+            Role::Extended => "extended",
+            Role::Logical => "logical",
+            Role::Gpt => "gpt",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Planned {
     pub number: u32,
@@ -187,6 +212,8 @@ pub enum PlanError {
         "the logical partitions need an extended partition, and primaries take all four MBR slots"
     )]
     NoSlot,
+    #[error("the script's grain {0} and {1} have no common multiple")]
+    NoCommonGrain(u64, u64),
 }
 
 /// The grain in bytes for `align` on a disk of geometry `g`.
@@ -666,6 +693,16 @@ mod tests {
 
     fn req(size: Size) -> Request {
         Request { min_start: None, size, type_id: "linux".into(), name: None }
+    }
+
+    #[test]
+    fn names_are_the_json_ones() {
+        for label in [Label::Gpt, Label::Mbr] {
+            assert_eq!(serde_json::to_value(label).unwrap(), label.name());
+        }
+        for role in [Role::Primary, Role::Extended, Role::Logical, Role::Gpt] {
+            assert_eq!(serde_json::to_value(role).unwrap(), role.name());
+        }
     }
 
     #[test]

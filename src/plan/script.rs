@@ -1,7 +1,8 @@
 //! sfdisk scripts, as `sfdisk -d` dumps them or as written by hand: what
 //! a plan is made from.
 
-use super::{mbr_code, parse_size, Label, Plan, PlanError, Request, Size, SizeError};
+use super::{mbr_code, parse_size, Align, Label, Plan, PlanError, Request, Size, SizeError};
+use crate::align::{lcm, Geometry};
 use crate::table::mbr;
 
 /// Why a script cannot be read.
@@ -311,6 +312,23 @@ impl Script {
         (plan.first_usable_lba, plan.last_usable_lba) = (first, last);
         Ok(())
     }
+
+    /// `align` on `g` joined with the script's `grain:`, if it gives one:
+    /// starts keep both.
+    pub fn align(&self, align: Align, g: &Geometry) -> Result<Align, PlanError> {
+        let Some(grain) = self.grain else { return Ok(align) };
+        let ours = super::grain(g, align)?;
+        let both = lcm(ours, grain).ok_or(PlanError::NoCommonGrain(grain, ours))?;
+        Ok(Align::Bytes(both))
+    }
+
+    /// The partitions `plan` numbers otherwise than the script's nodes:
+    /// (the script's number, the plan's).
+    pub fn renumbered(&self, plan: &Plan) -> Vec<(u32, u32)> {
+        let theirs = |i: usize| self.numbers.get(i).copied().flatten();
+        let numbers = plan.partitions.iter().filter_map(|p| Some((theirs(p.request?)?, p.number)));
+        numbers.filter(|(theirs, ours)| theirs != ours).collect()
+    }
 }
 
 /// `key: value` header lines: partition lines have an `=`.
@@ -586,6 +604,58 @@ mod tests {
             let err = parse_script(bad).unwrap_err().to_string();
             assert!(err.contains(why), "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn a_scripts_grain_joins_the_alignment() {
+        let g = Geometry {
+            logical: 512,
+            physical: 4096,
+            physical_assumed: false,
+            alignment_offset: 0,
+            optimal_io: None,
+        };
+        let script = |grain| Script { grain, ..Script::default() };
+        assert_eq!(script(None).align(Align::Minimal, &g), Ok(Align::Minimal));
+        assert_eq!(script(Some(3 << 20)).align(Align::Optimal, &g), Ok(Align::Bytes(3 << 20)));
+        assert_eq!(script(Some(512)).align(Align::Minimal, &g), Ok(Align::Bytes(4096)));
+        let odd = 512 * ((1 << 54) - 1);
+        let err = script(Some(odd)).align(Align::Optimal, &g).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("the script's grain {odd} and 1048576 have no common multiple")
+        );
+        let bad = script(Some(4096)).align(Align::Bytes(100), &g).unwrap_err();
+        assert_eq!(bad, PlanError::Grain(100, 512));
+    }
+
+    #[test]
+    fn renumbered_partitions_are_those_the_plan_numbers_otherwise() {
+        let script = parse_script(
+            "label: dos\n/dev/sda1 : start=2048, size=2048, type=83\n\
+             /dev/sda3 : size=2048, type=83\nsize=2048, type=83\n",
+        )
+        .unwrap();
+        let part = |number, request| super::super::Planned {
+            number,
+            start: 0,
+            size: 0,
+            role: super::super::Role::Primary,
+            type_id: "83".into(),
+            name: None,
+            ebr: None,
+            request,
+        };
+        let plan = Plan {
+            label: Label::Mbr,
+            sector_size: 512,
+            total_sectors: 1 << 20,
+            grain_bytes: 1 << 20,
+            first_usable_lba: 1,
+            last_usable_lba: (1 << 20) - 1,
+            partitions: vec![part(1, Some(0)), part(2, Some(1)), part(3, Some(2)), part(4, None)],
+        };
+        assert_eq!(script.renumbered(&plan), [(3, 2)]);
     }
 
     #[test]
