@@ -28,7 +28,28 @@ pub enum RescaleError {
     #[error("cannot rescale: {0}")]
     Refused(String),
     #[error("the rescaled table does not read back as the same partitions: {0}")]
-    Verify(String),
+    Verify(Mismatch),
+}
+
+/// How a table read back differs from the one it should equal.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Mismatch {
+    #[error("read back as {new:?}, not {old:?}")]
+    Label { old: Label, new: Label },
+    /// The first error the read-back found.
+    #[error("{} ({})", .0.message, .0.code)]
+    Problem(table::Problem),
+    #[error("{new} partitions read back, not {old}")]
+    Count { old: usize, new: usize },
+    #[error("partition {0}: overflow")]
+    Overflow(u32),
+    /// Partition `number` at `old` (start, size in bytes) read back as
+    /// partition `became` at `new`, or with another kind, type or name.
+    #[error(
+        "partition {number}: bytes {}+{} became partition {became} at bytes {}+{}",
+        old.0, old.1, new.0, new.1
+    )]
+    Moved { number: u32, old: (u64, u64), became: u32, new: (u64, u64) },
 }
 
 /// A GPT header field that changes: (name, old, new).
@@ -161,22 +182,17 @@ fn check_readable(old: &Layout) -> Result<(), RescaleError> {
 
 /// The partitions of `old` and `new`, matched by number: same kind, type,
 /// name and byte range, or the reason they are not.
-pub fn same_bytes(old: &Layout, new: &Layout) -> Result<Vec<Moved>, String> {
+pub fn same_bytes(old: &Layout, new: &Layout) -> Result<Vec<Moved>, Mismatch> {
     if old.label != new.label {
-        return Err(format!("read back as {:?}, not {:?}", new.label, old.label));
+        return Err(Mismatch::Label { old: old.label, new: new.label });
     }
     if let Some(p) = new.problems.iter().find(|p| p.severity == Severity::Error) {
-        return Err(format!("{} ({})", p.message, p.code));
+        return Err(Mismatch::Problem(p.clone()));
     }
     if old.partitions.len() != new.partitions.len() {
-        return Err(format!(
-            "{} partitions read back, not {}",
-            new.partitions.len(),
-            old.partitions.len()
-        ));
+        return Err(Mismatch::Count { old: old.partitions.len(), new: new.partitions.len() });
     }
-    let bytes =
-        |v: u64, ss: u64, n: u32| v.checked_mul(ss).ok_or(format!("partition {n}: overflow"));
+    let bytes = |v: u64, ss: u64, n: u32| v.checked_mul(ss).ok_or(Mismatch::Overflow(n));
     let mut moved = Vec::new();
     for (a, b) in old.partitions.iter().zip(&new.partitions) {
         let n = a.number;
@@ -185,10 +201,12 @@ pub fn same_bytes(old: &Layout, new: &Layout) -> Result<Vec<Moved>, String> {
         if (b.number, b.kind, &b.type_id, &b.name) != (n, a.kind, &a.type_id, &a.name)
             || range_a != range_b
         {
-            return Err(format!(
-                "partition {n}: bytes {}+{} became partition {} at bytes {}+{}",
-                range_a.0, range_a.1, b.number, range_b.0, range_b.1
-            ));
+            return Err(Mismatch::Moved {
+                number: n,
+                old: range_a,
+                became: b.number,
+                new: range_b,
+            });
         }
         moved.push(Moved {
             number: n,
@@ -604,6 +622,28 @@ mod tests {
         let size = 0x4000_0000u64 * 4096;
         let err = plan(&img, size, 4096, 512).unwrap_err().to_string();
         assert!(err.contains("partition 2") && err.contains("32-bit"), "{err}");
+    }
+
+    #[test]
+    fn mismatches_say_what_moved() {
+        let img = gpt_image(512, 256, 128, &[(40, 99, "root"), (100, 199, "")]);
+        let old = table::read(&img, 512, img.len() as u64).unwrap();
+        assert_eq!(same_bytes(&old, &old).map(|m| m.len()), Ok(2));
+        let mut new = old.clone();
+        new.partitions[1].start += 8;
+        let err = same_bytes(&old, &new).unwrap_err();
+        let (old_range, new_range) = ((51200, 51200), (55296, 51200));
+        let moved = Mismatch::Moved { number: 2, old: old_range, became: 2, new: new_range };
+        assert_eq!(err, moved);
+        assert_eq!(
+            err.to_string(),
+            "partition 2: bytes 51200+51200 became partition 2 at bytes 55296+51200"
+        );
+        new.partitions.pop();
+        assert_eq!(same_bytes(&old, &new), Err(Mismatch::Count { old: 2, new: 1 }));
+        new.label = Label::Mbr;
+        let err = same_bytes(&old, &new).unwrap_err();
+        assert_eq!(err.to_string(), "read back as Mbr, not Gpt");
     }
 
     #[test]

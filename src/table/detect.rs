@@ -12,8 +12,12 @@ use std::io;
 pub enum TableError {
     #[error("cannot read the partition table: {0}")]
     Io(#[from] io::Error),
-    #[error("corrupt partition table with no usable copy: {0}")]
-    Unusable(String),
+    /// Neither copy of a GPT can be used: why not, each.
+    #[error(
+        "corrupt partition table with no usable copy: primary GPT at LBA 1: {primary}; \
+         backup GPT at LBA {backup_lba}: {backup}"
+    )]
+    Unusable { primary: gpt::CopyError, backup_lba: u64, backup: gpt::CopyError },
     #[error("unsupported sector size {0} (must be a power of two from 512 to 4096)")]
     SectorSize(u64),
 }

@@ -415,10 +415,8 @@ pub(crate) fn read_into(
             problems.push(Problem::new("gpt_primary_invalid", msg));
             (b, backup_lba, true)
         }
-        (Err(p), Err(b)) => {
-            return Err(TableError::Unusable(format!(
-                "primary GPT at LBA 1: {p}; backup GPT at LBA {backup_lba}: {b}"
-            )))
+        (Err(primary), Err(backup)) => {
+            return Err(TableError::Unusable { primary, backup_lba, backup })
         }
     };
     check_placement(&table.header, used_backup, sectors, problems);

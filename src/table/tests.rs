@@ -303,8 +303,22 @@ mod read {
         let mut img = gpt_image(512, 256, 128, &[(40, 99, "root")]);
         img[512 + 40] ^= 1;
         img[255 * 512 + 40] ^= 1;
+        use crate::table::gpt::{CopyError::Header, HeaderError::Crc};
         let err = read(&img, 512, img.len() as u64).unwrap_err();
-        assert!(matches!(err, TableError::Unusable(ref m) if m.contains("LBA 255")), "{err}");
+        let crc = |e: &_| matches!(e, Header(Crc { .. }));
+        assert!(
+            matches!(err, TableError::Unusable { ref primary, backup_lba: 255, ref backup }
+                if crc(primary) && crc(backup)),
+            "{err}"
+        );
+        let text = err.to_string();
+        let primary = "primary GPT at LBA 1: header CRC mismatch (stored 0x";
+        let start = format!("corrupt partition table with no usable copy: {primary}");
+        assert!(text.starts_with(&start), "{text}");
+        assert!(
+            text.contains("); backup GPT at LBA 255: header CRC mismatch (stored 0x"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -417,7 +431,7 @@ mod read {
     fn wrong_sector_size_sees_no_gpt_header() {
         // A 4096-byte GPT read as 512: the 0xEE guard says GPT, LBA 1 holds nothing.
         let img = gpt_image(4096, 64, 128, &[]);
-        assert!(matches!(read(&img, 512, img.len() as u64), Err(TableError::Unusable(_))));
+        assert!(matches!(read(&img, 512, img.len() as u64), Err(TableError::Unusable { .. })));
     }
 }
 
