@@ -357,10 +357,11 @@ fn number_after(text: &str, label: &str) -> Option<u64> {
 }
 
 /// Writers on a real kernel: `partition --yes` on a blank 512e and a 4Kn
-/// disk, and `realign --yes` of a primary and a logical partition holding
-/// an ext4: afterwards the kernel's partitions (sysfs) are the new table's
-/// without a reboot, the moved bytes are the same, e2fsck is clean and
-/// audit agrees. Then every kind of use refuses both writers, dry run and
+/// disk, `realign --yes` of a primary and a logical partition holding an
+/// ext4, and `rescale --yes` of a GPT written at 4096 on a disk attached at
+/// 512 and of an MBR with a logical the other way: afterwards the kernel's
+/// partitions (sysfs) are the new table's without a reboot, the moved or
+/// rescaled bytes are the same, e2fsck is clean and audit agrees. Then every kind of use refuses both writers, dry run and
 /// --yes alike, and the disk's SHA-256 is unchanged.
 #[test]
 fn writers_update_the_kernel_and_refuse_disks_in_use() {
@@ -407,7 +408,7 @@ fn writers_update_the_kernel_and_refuse_disks_in_use() {
             ));
         }
     }
-    assert_eq!(results.len(), 11, "steps missing: {:?}", results.keys().collect::<Vec<_>>());
+    assert_eq!(results.len(), 13, "steps missing: {:?}", results.keys().collect::<Vec<_>>());
     assert!(failures.is_empty(), "{} steps went wrong:\n{}", failures.len(), failures.join("\n"));
 }
 

@@ -47,14 +47,23 @@ pub fn prepare(
     let moved = Overlay { base: dev, writes: &before };
     let dev: &dyn ReadAt = &moved;
     let relinked;
-    let (layout, p) = if before.is_empty() {
-        (layout, &placement.partition)
-    } else {
-        relinked = table::read(dev, layout.sector_size, identity.size_bytes)?;
-        let n = placement.partition.number;
-        let p = relinked.partitions.iter().find(|q| q.number == n && q.ebr == placement.ebr);
-        let p = p.ok_or(EditError::Stale(n))?;
-        (&relinked, p)
+    let (layout, p) = match placement.ebr {
+        None => (layout, &placement.partition),
+        Some(new_ebr) => {
+            relinked = table::read(dev, layout.sector_size, identity.size_bytes)?;
+            // Every partition where it was, read the same way: only an EBR moved.
+            let rows = |l: &Layout| -> Vec<_> {
+                l.partitions.iter().map(|q| (q.number, q.start, q.size, q.kind)).collect()
+            };
+            if rows(&relinked) != rows(layout) || relinked.problems.len() != layout.problems.len() {
+                let why = "moving its EBR would change how the table reads";
+                return Err(EditError::Range(placement.partition.number, new_ebr, why).into());
+            }
+            let n = placement.partition.number;
+            let p = relinked.partitions.iter().find(|q| q.number == n && q.ebr == placement.ebr);
+            let p = p.ok_or(EditError::Stale(n))?;
+            (&relinked, p)
+        }
     };
     let ss = layout.sector_size;
     let overflow = || EditError::Range(p.number, placement.new_start, "beyond any byte offset");

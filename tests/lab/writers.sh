@@ -7,6 +7,9 @@
 # - realign-primary, realign-logical: an MBR partition at 63 (a logical at
 #   an odd start) holding an ext4, moved by `realign --yes`; the kernel's
 #   partition, the SHA-256 of its bytes before and after, e2fsck, audit;
+# - rescale-gpt-4096-512, rescale-dos-512-4096: a table written at one
+#   logical sector size, `rescale --yes` on the disk attached at the other;
+#   the same members as a move;
 # - refuse-WHAT: partitions of BUSY in use (mounted, swap, an active PV,
 #   an md member, an open LUKS, held O_EXCL by another process): realign
 #   and partition dry runs and --yes, and the disk's SHA-256 around them.
@@ -88,6 +91,45 @@ realign_case() {
 }
 realign_case realign-primary "$d512" 1 'label: dos\nstart=63,size=40000\n'
 realign_case realign-logical "$d512" 5 'label: dos\nstart=2048,size=100000,type=5\nstart=2051,size=40000\n'
+
+# Rescaling tables --------------------------------------------------------
+# rescale_case NAME FROM N TABLE: TABLE (a command writing to $lo) on an
+# image attached with FROM-byte sectors, an ext4 in partition N; then the
+# image attached with the other size, as a disk taken out of a USB bridge
+# that presented 4096, and `rescale DEV --from FROM --yes` run on it.
+rescale_case() {
+  local name=$1 from=$2 n=$3 to lo part exit=0 before after fsck=0 bytes
+  to=$((from == 512 ? 4096 : 512))
+  rm -f /tmp/state/rescale.img
+  truncate -s 64M /tmp/state/rescale.img
+  lo=$(losetup -f --show -P -b "$from" /tmp/state/rescale.img)
+  eval "$4"
+  lab_settle
+  part=${lo}p$n
+  mkfs.ext4 -q -F -b 4096 "$part"
+  mount "$part" /tmp/mnt
+  head -c 3M /dev/urandom >/tmp/mnt/random
+  umount /tmp/mnt
+  bytes=$(($(<"/sys/class/block/${part#/dev/}/size") * 512))
+  before=$(sha "$part" "$bytes")
+  losetup -d "$lo"
+  lo=$(losetup -f --show -P -b "$to" /tmp/state/rescale.img)
+  lab_settle
+  "$BLKALIGN" rescale "$lo" --from "$from" --yes --backup "/tmp/state/$name.bin" \
+    >/dev/null 2>>/tmp/err || exit=$?
+  lab_settle
+  part=${lo}p$n
+  after=$(sha "$part" "$bytes" 2>>/tmp/err || true)
+  e2fsck -fn "$part" >/dev/null 2>>/tmp/err || fsck=$?
+  sfdisk -J "$lo" >/tmp/sfdisk.json 2>>/tmp/err || echo null >/tmp/sfdisk.json
+  emit "$name" "\"exit\": $exit, \"partition\": $n, \"kernel\": $(kernel_parts "$lo"), \
+\"sha_before\": \"$before\", \"sha_after\": \"$after\", \"fsck\": $fsck, \
+\"sfdisk\": $(</tmp/sfdisk.json), $(audit_of "$lo")"
+  losetup -d "$lo"
+}
+rescale_case rescale-gpt-4096-512 4096 1 'sgdisk -a 256 -n 1:256:+24M "$lo" >/dev/null'
+rescale_case rescale-dos-512-4096 512 5 \
+  'printf "label: dos\nstart=2048,size=40960,type=5\nstart=4096,size=32768\n" | sfdisk -q "$lo"'
 
 # Refusals ---------------------------------------------------------------
 # Seven partitions at odd starts, each 24 MiB (LUKS2 needs 16).
