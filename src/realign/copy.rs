@@ -219,8 +219,10 @@ fn verify(
 /// `writes` of `m` in the recorded order, each flushed before the next. A
 /// region already holding its new bytes was written before a crash; one
 /// holding neither old nor new means the disk is not the one the journal
-/// was made for, or something else wrote to it.
+/// was made for, or something else wrote to it: checked for every region
+/// before any is written, so such a disk is left as it was found.
 fn write_all(disk: &dyn Disk, m: &Move, writes: &[Write]) -> Result<(), MoveError> {
+    let mut pending = Vec::new();
     for w in writes {
         let mut now = AlignedBuf::new(w.old.len(), 0);
         disk.read_at(now.bytes_mut(), w.offset).map_err(|e| io_at("reading", w.offset, m, e))?;
@@ -231,8 +233,11 @@ fn write_all(disk: &dyn Disk, m: &Move, writes: &[Write]) -> Result<(), MoveErro
             return Err(MoveError::Changed { what: w.what.clone(), offset: w.offset });
         }
         now.bytes_mut().copy_from_slice(&w.new);
-        disk.write_at(now.bytes(), w.offset).map_err(|e| io_at("writing", w.offset, m, e))?;
-        disk.flush().map_err(|e| io_at("flushing after", w.offset, m, e))?;
+        pending.push((w.offset, now));
+    }
+    for (offset, bytes) in pending {
+        disk.write_at(bytes.bytes(), offset).map_err(|e| io_at("writing", offset, m, e))?;
+        disk.flush().map_err(|e| io_at("flushing after", offset, m, e))?;
     }
     Ok(())
 }
@@ -401,5 +406,12 @@ mod tests {
         let disk = Flaky::new(vec![0u8; 4096], u64::MAX);
         let err = write_all(&disk, &changed, &changed.writes).unwrap_err();
         assert!(matches!(err, MoveError::Changed { offset: 0, .. }), "{err}");
+        // A region found changed stops the writes before any is made.
+        let first =
+            Write { offset: 512, old: vec![0; 512], new: vec![7; 512], ..m.writes[0].clone() };
+        let writes = [first, changed.writes[0].clone()];
+        let err = write_all(&disk, &changed, &writes).unwrap_err();
+        assert!(matches!(err, MoveError::Changed { offset: 0, .. }), "{err}");
+        assert_eq!(disk.power_cut(1), vec![0u8; 4096], "nothing written");
     }
 }

@@ -347,6 +347,12 @@ fn obstacles(layout: &Layout, p: &Partition) -> Vec<Range<u64>> {
             out.push(ebr..ebr + 1);
         }
     }
+    // Every EBR of the chain, also one that holds no logical: a link runs
+    // through it.
+    let chain = layout.mbr.as_ref().map(|m| m.ebrs.as_slice()).unwrap_or_default();
+    for &ebr in chain.iter().filter(|&&ebr| logical && Some(ebr) != p.ebr) {
+        out.push(ebr..ebr.saturating_add(1));
+    }
     out
 }
 
@@ -462,6 +468,14 @@ mod tests {
         // The first EBR is the extended partition's start: it stays.
         let got = place(&layout, &geometry(), 512, &Request { to: Some(72), ..req(5) }, &|_| true);
         assert_eq!(got.map(|g| (g.room.start, g.ebr)), Ok((65, None)));
+        // An EBR holding no logical is in the way too: a link runs through it.
+        let mut empty = mbr_extended();
+        mbr_entry(&mut empty, 64 * 512, 0, 0x83, 1, 50);
+        empty[128 * 512 + 446..128 * 512 + 462].fill(0);
+        let layout = read(&empty, 512, empty.len() as u64).unwrap();
+        let err =
+            place(&layout, &geometry(), 512, &Request { to: Some(120), ..req(6) }, &|_| false);
+        assert!(format!("{err:?}").contains("before the first free sector 129"), "{err:?}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::io::ReadAt;
 use crate::stack::{self, Contents};
 use crate::table::edit::{self, EditError};
 use crate::table::write::{self, TableBytes};
-use crate::table::{self, Layout, Partition, TableError};
+use crate::table::{self, Layout, PartKind, Partition, TableError};
 use std::path::Path;
 
 #[derive(Debug, thiserror::Error)]
@@ -50,15 +50,13 @@ pub fn prepare(
     let (layout, p) = match placement.ebr {
         None => (layout, &placement.partition),
         Some(new_ebr) => {
-            relinked = table::read(dev, layout.sector_size, identity.size_bytes)?;
-            // Every partition where it was, read the same way: only an EBR moved.
-            let rows = |l: &Layout| -> Vec<_> {
-                l.partitions.iter().map(|q| (q.number, q.start, q.size, q.kind)).collect()
-            };
-            if rows(&relinked) != rows(layout) || relinked.problems.len() != layout.problems.len() {
+            // Every partition where it was at every step: only an EBR moves.
+            let size = identity.size_bytes;
+            if !crash_safe(moved.base, layout.sector_size, size, &before, &[rows(layout)]) {
                 let why = "moving its EBR would change how the table reads";
                 return Err(EditError::Range(placement.partition.number, new_ebr, why).into());
             }
+            relinked = table::read(dev, layout.sector_size, size)?;
             let n = placement.partition.number;
             let p = relinked.partitions.iter().find(|q| q.number == n && q.ebr == placement.ebr);
             let p = p.ok_or(EditError::Stale(n))?;
@@ -85,7 +83,7 @@ pub fn prepare(
         .collect();
     let mut table = edit::read_bytes(dev, layout)?;
     table.move_start(p, placement.new_start)?;
-    writes.extend(table_writes(dev, &table)?);
+    writes.extend(crash_safe_order(dev, layout, p, placement.new_start, &table, &identity)?);
     let record = Move {
         target: target.to_path_buf(),
         identity,
@@ -128,6 +126,56 @@ fn table_writes(dev: &dyn ReadAt, table: &TableBytes) -> Result<Vec<Write>, Prep
         out.push(Write { offset: chunk.offset, old, new: chunk.bytes, what: chunk.what.into() });
     }
     Ok(out)
+}
+
+/// What a reader makes of a table: (number, start, size, kind) of each
+/// partition.
+type Rows = Vec<(u32, u64, u64, PartKind)>;
+
+fn rows(l: &Layout) -> Rows {
+    l.partitions.iter().map(|q| (q.number, q.start, q.size, q.kind)).collect()
+}
+
+/// Whether a crash after any of `writes` (none, some, all) leaves `dev`
+/// with a table that reads as one of `states`.
+fn crash_safe(dev: &dyn ReadAt, ss: u64, size: u64, writes: &[Write], states: &[Rows]) -> bool {
+    (0..=writes.len()).all(|n| {
+        let view = Overlay { base: dev, writes: &writes[..n] };
+        table::read(&view, ss, size).is_ok_and(|l| states.contains(&rows(&l)))
+    })
+}
+
+/// `table`'s writes (`p` moved to `new_start`) in an order after any prefix
+/// of which the table reads with `p` at its old start or its new one, every
+/// other partition where it was: the writer's order, else with the EBRs
+/// first-first (a logical in an EBR's third or fourth slot must fit its
+/// link: one moving right needs the link grown first).
+fn crash_safe_order(
+    dev: &dyn ReadAt,
+    layout: &Layout,
+    p: &Partition,
+    new_start: u64,
+    table: &TableBytes,
+    identity: &Identity,
+) -> Result<Vec<Write>, PrepareError> {
+    let old = rows(layout);
+    let mut new = old.clone();
+    new.iter_mut().filter(|r| r.0 == p.number).for_each(|r| r.1 = new_start);
+    let states = [old, new];
+    let writes = table_writes(dev, table)?;
+    let mut ebrs_first_first = writes.clone();
+    let at: Vec<usize> = (0..writes.len()).filter(|&i| writes[i].what == "ebr").collect();
+    for (&i, &j) in at.iter().zip(at.iter().rev()) {
+        ebrs_first_first[i] = writes[j].clone();
+    }
+    let (ss, size) = (layout.sector_size, identity.size_bytes);
+    [writes, ebrs_first_first]
+        .into_iter()
+        .find(|w| crash_safe(dev, ss, size, w, &states))
+        .ok_or_else(|| {
+            let why = "no order of its table writes keeps every partition readable after a crash";
+            EditError::Range(p.number, new_start, why).into()
+        })
 }
 
 /// `base` as it will read once `writes` are made.

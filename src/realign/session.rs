@@ -677,6 +677,11 @@ impl Session {
                 p.start = placement.new_start;
                 p.ebr = placement.ebr.or(p.ebr);
             }
+            if let (Some(mbr), Some(from), Some(to)) =
+                (layout.mbr.as_mut(), placement.partition.ebr, placement.ebr)
+            {
+                mbr.ebrs.iter_mut().filter(|e| **e == from).for_each(|e| *e = to);
+            }
             out.push(Ok(placement));
         }
         Ok(out)
@@ -1293,15 +1298,16 @@ mod tests {
     }
 
     /// Extended 2048+7000: logical 5 at 2111+1000, then free space, then
-    /// EBR 4100 and logical 6 at 4163 holding numbered sectors. Its 1 MiB
+    /// EBR 4100 and logical 6 at 4163 (in the EBR's `slot`, the link to it
+    /// spanning to its end) holding numbered sectors. Its 1 MiB
     /// start, 4096, covers its EBR, and there is no room at 6144.
-    fn extended_image() -> Vec<u8> {
+    fn extended_image(slot: usize) -> Vec<u8> {
         use crate::table::fixtures::mbr_entry;
         let mut img = vec![0u8; DISK];
         mbr_entry(&mut img, 0, 0, 0x05, 2048, 7000);
         mbr_entry(&mut img, 2048 * SS, 0, 0x83, 63, 1000);
         mbr_entry(&mut img, 2048 * SS, 1, 0x05, 4100 - 2048, 63 + SECTORS as u32);
-        mbr_entry(&mut img, 4100 * SS, 0, 0x83, 63, SECTORS as u32);
+        mbr_entry(&mut img, 4100 * SS, slot, 0x83, 63, SECTORS as u32);
         for s in 0..SECTORS as usize {
             let at = (4163 + s) * SS;
             img[at..at + SS].fill((s % 251) as u8 + 1);
@@ -1323,11 +1329,11 @@ mod tests {
     /// run finishes the move.
     #[test]
     fn a_logical_moves_its_ebr_first_and_survives_a_failure_at_every_write() {
-        let before = rows(&extended_image());
+        let before = rows(&extended_image(0));
         let moved =
             [(1, 2048, 7000, None), (5, 2111, 1000, Some(2048)), (6, 4096, SECTORS, Some(4095))];
         for fail_at in 0.. {
-            let lab = lab_with(extended_image());
+            let lab = lab_with(extended_image(0));
             let plan = lab.session.plan(&opts(), &[6]).unwrap();
             assert_eq!(plan[0].new_start, Some(4096), "{:?}", plan[0]);
             assert!(plan[0]
@@ -1348,11 +1354,37 @@ mod tests {
             let img = lab.mem.bytes.borrow();
             assert_eq!(rows(&img), moved, "failing at write {fail_at}");
             let data = |start: usize| &img[start * SS..(start + SECTORS as usize) * SS];
-            assert_eq!(data(4096), &extended_image()[4163 * SS..(4163 + SECTORS as usize) * SS]);
+            assert_eq!(data(4096), &extended_image(0)[4163 * SS..(4163 + SECTORS as usize) * SS]);
             if finished {
                 assert!(fail_at > 3, "the move needs more than {fail_at} writes");
                 break;
             }
+        }
+    }
+
+    /// A logical in an EBR's third slot must fit its link: moving right,
+    /// the link grows before the EBR says where the logical went, so a
+    /// failure at any write leaves it readable at its old or new start.
+    #[test]
+    fn a_third_slot_logical_moving_right_is_readable_after_every_write() {
+        let before = rows(&extended_image(2));
+        let mut moved = before.clone();
+        moved[2].1 = 4168;
+        let to = Options { to: Some(4168), ..opts() };
+        for fail_at in 0.. {
+            let lab = lab_with(extended_image(2));
+            lab.mem.writes_left.set(Some(fail_at));
+            let finished = lab.session.move_all(&to, &[6], &mut Log::default()).is_ok();
+            let now = rows(&lab.mem.bytes.borrow());
+            assert!(now == before || now == moved, "failing at write {fail_at}: {now:?}");
+            if finished {
+                assert_eq!(now, moved);
+                break;
+            }
+            lab.mem.writes_left.set(None);
+            let journal = lab.session.unfinished(None).unwrap().expect("an unfinished move");
+            lab.session.finish(journal, &mut Log::default()).unwrap();
+            assert_eq!(rows(&lab.mem.bytes.borrow()), moved, "resumed after write {fail_at}");
         }
     }
 }
