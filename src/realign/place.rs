@@ -304,7 +304,8 @@ fn bounds(layout: &Layout, p: &Partition, disk_sectors: u64) -> Result<(u64, u64
             let ext = extended(layout, p).ok_or("no extended partition holds it")?;
             let ebr = p.ebr.ok_or("its EBR is unknown")?;
             // An EBR that moves with its logical needs a sector before it.
-            let lo = if movable_ebr(layout, p).is_some() { ext.start + 1 } else { ebr + 1 };
+            let lo =
+                if movable_ebr(layout, p).is_some() { ext.start } else { ebr }.saturating_add(1);
             Ok((lo, ext.start.saturating_add(ext.size).min(disk_sectors)))
         }
         _ => Ok((1, disk_sectors.min(u64::from(u32::MAX)))),
@@ -343,12 +344,9 @@ fn obstacles(layout: &Layout, p: &Partition) -> Vec<Range<u64>> {
         if in_scope {
             out.push(q.start..q.start.saturating_add(q.size));
         }
-        if let Some(ebr) = q.ebr.filter(|_| logical) {
-            out.push(ebr..ebr + 1);
-        }
     }
     // Every EBR of the chain, also one that holds no logical: a link runs
-    // through it.
+    // through it. (place_all keeps the list in step with EBRs it moves.)
     let chain = layout.mbr.as_ref().map(|m| m.ebrs.as_slice()).unwrap_or_default();
     for &ebr in chain.iter().filter(|&&ebr| logical && Some(ebr) != p.ebr) {
         out.push(ebr..ebr.saturating_add(1));
