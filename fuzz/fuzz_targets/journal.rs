@@ -28,7 +28,9 @@ fuzz_target!(|data: &[u8]| {
         let _ = (m.chunk(k), m.needs_save(k), m.needs_commit(cursor, k), m.shift_bytes());
     }
     if let Some(saved) = journal.state.saved {
-        let _ = journal.saved(saved.chunk);
+        // At most the record's chunk size, which validation caps at 64 MiB.
+        let mut buf = vec![0u8; m.chunk(saved.chunk).1 as usize];
+        let _ = journal.saved(saved.chunk, &mut buf);
     }
     let disk = vec![0u8; 1 << 16];
     let _ = state::applies(m, &disk, &m.identity);

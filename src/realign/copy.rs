@@ -6,13 +6,15 @@ use super::journal::{Journal, JournalError, Phase};
 use super::{Move, Write};
 use crate::io::AlignedBuf;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
 use std::time::{Duration, Instant};
 
 /// Record progress at least this often, so a rerun redoes little.
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
 
 /// Where a move's bytes go: a block device or an image file.
-pub trait Disk {
+pub trait Disk: Sync {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
     /// Make every write so far durable (the drive's cache included).
@@ -123,8 +125,7 @@ pub fn run_until(
     if journal.state.phase == Phase::Copying {
         // Again on every resume: writes already made are skipped.
         write_all(disk, &journal.record, &journal.record.before)?;
-        copy(disk, journal, tick, stop)?;
-        verify(disk, journal, tick, stop)?;
+        copy_and_verify(disk, journal, tick, stop)?;
         journal.commit(Phase::Verified, journal.record.chunks(), None)?;
     }
     if journal.state.phase == Phase::Verified {
@@ -134,11 +135,25 @@ pub fn run_until(
     Ok(())
 }
 
-/// Copy the chunks after the cursor. Before a destination write may
-/// clobber a source not yet recorded as moved, the device is flushed and
-/// the cursor committed; a chunk that clobbers its own source is saved in
-/// the journal (and committed) first.
-fn copy(
+/// The threads beside the copy: a reader one chunk ahead of it, a verifier
+/// behind it. Neither can meet the copy's writes: in copy order no
+/// destination overlaps a later chunk's source, nor another destination.
+/// Three chunk buffers in all (48 MiB at 16 MiB chunks), whatever the size.
+struct Pipe {
+    /// Buffers back to the reader once written.
+    free: Sender<AlignedBuf>,
+    /// Each chunk's source bytes, in copy order.
+    full: Receiver<Result<AlignedBuf, MoveError>>,
+    /// Chunks on the disk, for the verifier: index and expected checksum.
+    written: Sender<(u64, Option<u32>)>,
+    /// The verifier's findings: bytes verified, or why not.
+    checked: Receiver<Result<u64, MoveError>>,
+    verified: u64,
+}
+
+/// Copy the chunks after the cursor and verify every chunk, those before
+/// the cursor too (a resume rereads them all).
+fn copy_and_verify(
     disk: &dyn Disk,
     j: &mut Journal,
     tick: &mut dyn FnMut(u64),
@@ -146,19 +161,55 @@ fn copy(
 ) -> Result<(), MoveError> {
     let m = j.record.clone();
     let first = j.state.cursor;
-    let mut committed = first;
     j.checksums.truncate(first as usize);
-    let mut buf = AlignedBuf::new(m.chunk_bytes as usize, 0);
+    let size = m.chunk_bytes as usize;
+    // Only the chunk at the cursor can have been saved: its bytes then
+    // come from the journal, its source possibly overwritten.
+    let mut head = AlignedBuf::new(size, 0);
+    let head_len = m.chunk(first).1 as usize;
+    let saved = first < m.chunks() && j.saved(first, &mut head.bytes_mut()[..head_len])?;
+    let abort = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let (m, abort) = (&m, &abort);
+        let (free, free_rx) = mpsc::channel();
+        let (full_tx, full) = mpsc::sync_channel(1);
+        let (written, written_rx) = mpsc::channel();
+        let (checked_tx, checked) = mpsc::channel();
+        s.spawn(move || read_ahead(disk, m, first, (head, saved), free_rx, full_tx));
+        s.spawn(move || verify_behind(disk, m, written_rx, checked_tx, abort));
+        let _ = free.send(AlignedBuf::new(size, 0));
+        for k in 0..first {
+            let _ = written.send((k, j.checksums.get(k as usize).copied()));
+        }
+        let mut pipe = Pipe { free, full, written, checked, verified: 0 };
+        let result = copy(disk, j, &mut pipe, tick, stop).and_then(|()| pipe.finish(m, tick, stop));
+        abort.store(true, Ordering::Relaxed);
+        result
+    })
+}
+
+/// Copy the chunks after the cursor. Before a destination write may
+/// clobber a source not yet recorded as moved, the device is flushed and
+/// the cursor committed; a chunk that clobbers its own source is saved in
+/// the journal (and committed) first.
+fn copy(
+    disk: &dyn Disk,
+    j: &mut Journal,
+    pipe: &mut Pipe,
+    tick: &mut dyn FnMut(u64),
+    stop: &dyn Fn() -> bool,
+) -> Result<(), MoveError> {
+    let m = j.record.clone();
+    let first = j.state.cursor;
+    let mut committed = first;
     let (mut dirty, mut last_commit) = (false, Instant::now());
     for k in first..m.chunks() {
         let (rel, len) = m.chunk(k);
-        let data = &mut buf.bytes_mut()[..len as usize];
         let src = m.old_start * m.sector_size + rel;
-        match j.saved(k)? {
-            Some(saved) if saved.len() == data.len() => data.copy_from_slice(&saved),
-            _ => read(disk, data, src, &m, "reading")?,
-        }
-        j.checksums.push(crc32fast::hash(data));
+        let buf = pipe.full.recv().map_err(|_| gone("reading", src, &m))??;
+        let data = &buf.bytes()[..len as usize];
+        let crc = crc32fast::hash(data);
+        j.checksums.push(crc);
         let save = m.needs_save(k);
         if save || m.needs_commit(committed, k) {
             if dirty {
@@ -172,6 +223,9 @@ fn copy(
         write(disk, data, dst, &m)?;
         dirty = true;
         tick(len);
+        let _ = pipe.written.send((k, Some(crc)));
+        let _ = pipe.free.send(buf);
+        pipe.drain(tick)?;
         let stopping = stop();
         if stopping || last_commit.elapsed() >= COMMIT_EVERY {
             disk.flush().map_err(|e| io_at("flushing after", dst, &m, e))?;
@@ -187,33 +241,112 @@ fn copy(
     Ok(())
 }
 
-/// Reread every chunk at its destination and compare it with the checksum
-/// taken when it was read from its source.
-fn verify(
-    disk: &dyn Disk,
-    j: &Journal,
-    tick: &mut dyn FnMut(u64),
-    stop: &dyn Fn() -> bool,
-) -> Result<(), MoveError> {
-    let m = &j.record;
-    let mut buf = AlignedBuf::new(m.chunk_bytes as usize, 0);
-    for k in 0..m.chunks() {
-        // Only reads so far: stopping anywhere here loses nothing.
-        if stop() {
-            return Err(MoveError::Interrupted { verifying: true, chunks: k });
+/// A helper thread ended without a word: it panicked (the scope says so).
+fn gone(what: &'static str, offset: u64, m: &Move) -> MoveError {
+    io_at(what, offset, m, io::Error::other("the thread doing it ended"))
+}
+
+impl Pipe {
+    /// Hear what the verifier has found so far, without waiting.
+    fn drain(&mut self, tick: &mut dyn FnMut(u64)) -> Result<(), MoveError> {
+        while let Ok(found) = self.checked.try_recv() {
+            tick(found?);
+            self.verified += 1;
         }
+        Ok(())
+    }
+
+    /// Wait until all of `m`'s chunks are verified, polling `stop`: the rest are
+    /// only reads, so stopping here loses nothing.
+    fn finish(
+        &mut self,
+        m: &Move,
+        tick: &mut dyn FnMut(u64),
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(), MoveError> {
+        while self.verified < m.chunks() {
+            if stop() {
+                return Err(MoveError::Interrupted { verifying: true, chunks: self.verified });
+            }
+            match self.checked.recv_timeout(Duration::from_millis(50)) {
+                Ok(found) => {
+                    tick(found?);
+                    self.verified += 1;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(gone("verifying", m.new_start * m.sector_size, m))
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Read the sources of chunks `first..` in copy order into buffers from
+/// `free`, handing each to `full`. `head` is the first chunk's buffer,
+/// already filled when its flag says so (from the journal).
+fn read_ahead(
+    disk: &dyn Disk,
+    m: &Move,
+    first: u64,
+    head: (AlignedBuf, bool),
+    free: Receiver<AlignedBuf>,
+    full: SyncSender<Result<AlignedBuf, MoveError>>,
+) {
+    let (mut next, filled) = (Some(head.0), head.1);
+    for k in first..m.chunks() {
+        let Some(mut buf) = next.take().or_else(|| free.recv().ok()) else { return };
+        let (rel, len) = m.chunk(k);
+        let src = m.old_start * m.sector_size + rel;
+        let got = if k == first && filled {
+            Ok(())
+        } else {
+            read(disk, &mut buf.bytes_mut()[..len as usize], src, m, "reading")
+        };
+        let failed = got.is_err();
+        if full.send(got.map(|()| buf)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// Reread each chunk named on `written` at its destination and compare it
+/// with the checksum taken when it was read from its source; stop at the
+/// first that differs, at `abort`, or when `written` closes.
+fn verify_behind(
+    disk: &dyn Disk,
+    m: &Move,
+    written: Receiver<(u64, Option<u32>)>,
+    checked: Sender<Result<u64, MoveError>>,
+    abort: &AtomicBool,
+) {
+    let mut buf = None;
+    for (k, expected) in written {
+        if abort.load(Ordering::Relaxed) {
+            return;
+        }
+        let buf = buf.get_or_insert_with(|| AlignedBuf::new(m.chunk_bytes as usize, 0));
         let (rel, len) = m.chunk(k);
         let data = &mut buf.bytes_mut()[..len as usize];
         let dst = m.new_start * m.sector_size + rel;
-        read(disk, data, dst, m, "verifying")?;
-        let found = crc32fast::hash(data);
-        let expected = j.checksums.get(k as usize).copied().unwrap_or(!found);
-        if found != expected {
-            return Err(MoveError::Verify { lba: dst / m.sector_size, len, found, expected });
+        let found = read(disk, data, dst, m, "verifying").and_then(|()| {
+            let found = crc32fast::hash(data);
+            match expected {
+                Some(crc) if crc == found => Ok(len),
+                _ => Err(MoveError::Verify {
+                    lba: dst / m.sector_size,
+                    len,
+                    found,
+                    expected: expected.unwrap_or(!found),
+                }),
+            }
+        });
+        let failed = found.is_err();
+        if checked.send(found).is_err() || failed {
+            return;
         }
-        tick(len);
     }
-    Ok(())
 }
 
 /// `writes` of `m` in the recorded order, each flushed before the next. A
@@ -247,38 +380,32 @@ mod tests {
     use super::*;
     use crate::realign::tests::sample_move;
     use crate::realign::Write;
-    use std::cell::RefCell;
+    use std::sync::Mutex;
 
     /// A disk that forgets unflushed writes at a power cut, and stops
-    /// (as a kill would) after a given number of operations.
-    struct Flaky {
-        durable: RefCell<Vec<u8>>,
-        cache: RefCell<Vec<(u64, Vec<u8>)>>,
-        ops_left: RefCell<u64>,
+    /// (as a kill would) after a given number of operations. One lock over
+    /// it all: the copy's threads read while it writes and flushes.
+    struct Flaky(Mutex<FlakyState>);
+
+    struct FlakyState {
+        durable: Vec<u8>,
+        cache: Vec<(u64, Vec<u8>)>,
+        ops_left: u64,
     }
 
-    impl Flaky {
-        fn new(image: Vec<u8>, ops: u64) -> Flaky {
-            Flaky {
-                durable: RefCell::new(image),
-                cache: RefCell::new(Vec::new()),
-                ops_left: RefCell::new(ops),
-            }
-        }
-
-        fn tick(&self) -> io::Result<()> {
-            let mut left = self.ops_left.borrow_mut();
-            if *left == 0 {
+    impl FlakyState {
+        fn tick(&mut self) -> io::Result<()> {
+            if self.ops_left == 0 {
                 return Err(io::Error::other("killed"));
             }
-            *left -= 1;
+            self.ops_left -= 1;
             Ok(())
         }
 
         /// What a power cut leaves: durable bytes plus some unflushed writes.
         fn power_cut(&self, keep_every: usize) -> Vec<u8> {
-            let mut img = self.durable.borrow().clone();
-            for (i, (at, bytes)) in self.cache.borrow().iter().enumerate() {
+            let mut img = self.durable.clone();
+            for (i, (at, bytes)) in self.cache.iter().enumerate() {
                 if keep_every > 0 && i % keep_every == 0 {
                     img[*at as usize..*at as usize + bytes.len()].copy_from_slice(bytes);
                 }
@@ -287,24 +414,36 @@ mod tests {
         }
     }
 
+    impl Flaky {
+        fn new(image: Vec<u8>, ops: u64) -> Flaky {
+            Flaky(Mutex::new(FlakyState { durable: image, cache: Vec::new(), ops_left: ops }))
+        }
+
+        fn power_cut(&self, keep_every: usize) -> Vec<u8> {
+            self.0.lock().unwrap().power_cut(keep_every)
+        }
+    }
+
     impl Disk for Flaky {
         fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-            self.tick()?;
-            buf.copy_from_slice(&self.power_cut(1)[offset as usize..offset as usize + buf.len()]);
+            let mut d = self.0.lock().unwrap();
+            d.tick()?;
+            buf.copy_from_slice(&d.power_cut(1)[offset as usize..offset as usize + buf.len()]);
             Ok(())
         }
 
         fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-            self.tick()?;
-            self.cache.borrow_mut().push((offset, buf.to_vec()));
+            let mut d = self.0.lock().unwrap();
+            d.tick()?;
+            d.cache.push((offset, buf.to_vec()));
             Ok(())
         }
 
         fn flush(&self) -> io::Result<()> {
-            self.tick()?;
-            let img = self.power_cut(1);
-            *self.durable.borrow_mut() = img;
-            self.cache.borrow_mut().clear();
+            let mut d = self.0.lock().unwrap();
+            d.tick()?;
+            d.durable = d.power_cut(1);
+            d.cache.clear();
             Ok(())
         }
     }
@@ -370,10 +509,7 @@ mod tests {
     /// the last one written, and the rerun finishes the move.
     #[test]
     fn a_stop_commits_where_it_stopped_and_the_rerun_finishes() {
-        let m =
-            Move { old_start: 63, new_start: 64, sectors: 100, chunk_bytes: 4096, ..sample_move() };
-        let mut original = image();
-        original[..512].copy_from_slice(&m.writes[0].old);
+        let (m, original) = one_sector_right();
         let want = original[63 * 512..163 * 512].to_vec();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j");
@@ -383,12 +519,81 @@ mod tests {
         let err =
             run_until(&disk, &mut j, &mut |_| ticks.set(ticks.get() + 1), &|| ticks.get() >= 3)
                 .unwrap_err();
-        assert!(matches!(err, MoveError::Interrupted { verifying: false, chunks: 3 }), "{err}");
+        // Verified chunks tick too, so the third tick may come after two copied.
+        let MoveError::Interrupted { verifying: false, chunks } = err else { panic!("{err}") };
+        assert!((2..=3).contains(&chunks), "{chunks}");
         let mut j = Journal::open(&path).unwrap();
-        assert_eq!((j.state.phase, j.state.cursor), (Phase::Copying, 3));
+        assert_eq!((j.state.phase, j.state.cursor), (Phase::Copying, chunks));
         let survivor = Flaky::new(disk.power_cut(0), u64::MAX);
         run(&survivor, &mut j, &mut |_| {}).unwrap();
         assert!(survivor.power_cut(1)[64 * 512..164 * 512] == want[..]);
+    }
+
+    /// Acknowledges a write covering `lba` and drops it, as a failing drive
+    /// or a lying bridge might.
+    struct Lying {
+        disk: Flaky,
+        lba: u64,
+    }
+
+    impl Disk for Lying {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.disk.read_at(buf, offset)
+        }
+
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            match (offset..offset + buf.len() as u64).contains(&(self.lba * 512)) {
+                true => Ok(()),
+                false => self.disk.write_at(buf, offset),
+            }
+        }
+
+        fn flush(&self) -> io::Result<()> {
+            self.disk.flush()
+        }
+    }
+
+    /// One sector right in 8-sector chunks: chunk 0 goes to LBAs 156-163,
+    /// chunk 1 to 148-155.
+    fn one_sector_right() -> (Move, Vec<u8>) {
+        let m =
+            Move { old_start: 63, new_start: 64, sectors: 100, chunk_bytes: 4096, ..sample_move() };
+        let mut original = image();
+        original[..512].copy_from_slice(&m.writes[0].old);
+        (m, original)
+    }
+
+    #[test]
+    fn a_dropped_write_fails_verification_and_no_table_is_written() {
+        let (m, original) = one_sector_right();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let mut j = Journal::create(&path, m.clone()).unwrap();
+        let disk = Lying { disk: Flaky::new(original, u64::MAX), lba: 150 };
+        let err = run(&disk, &mut j, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, MoveError::Verify { lba: 148, len: 4096, .. }), "{err}");
+        assert_eq!(Journal::open(&path).unwrap().state.phase, Phase::Copying);
+        assert_eq!(disk.disk.power_cut(1)[..512], m.writes[0].old[..], "the old table stays");
+    }
+
+    /// A resume verifies the chunks copied before it too: one changed since
+    /// is found.
+    #[test]
+    fn a_resume_rereads_the_chunks_copied_before_it() {
+        let (m, original) = one_sector_right();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let mut j = Journal::create(&path, m.clone()).unwrap();
+        let disk = Flaky::new(original, u64::MAX);
+        let ticks = std::cell::Cell::new(0);
+        let stop = || ticks.get() >= 3;
+        run_until(&disk, &mut j, &mut |_| ticks.set(ticks.get() + 1), &stop).unwrap_err();
+        let mut j = Journal::open(&path).unwrap();
+        assert!(j.state.cursor >= 2, "chunks 0 and 1 copied");
+        let mut survivor = disk.power_cut(0);
+        survivor[150 * 512] ^= 0xFF;
+        let err = run(&Flaky::new(survivor, u64::MAX), &mut j, &mut |_| {}).unwrap_err();
+        assert!(matches!(err, MoveError::Verify { lba: 148, .. }), "{err}");
     }
 
     #[test]

@@ -251,20 +251,20 @@ impl Journal {
         Ok(Saved { chunk, len: bytes.len() as u64, crc: crc32fast::hash(bytes) })
     }
 
-    /// The saved bytes of `chunk`, if the last commit saved that chunk and
-    /// they are intact.
-    pub fn saved(&self, chunk: u64) -> Result<Option<Vec<u8>>, JournalError> {
-        let Some(s) = self.state.saved.filter(|s| s.chunk == chunk) else { return Ok(None) };
-        let len = usize::try_from(s.len).ok().filter(|&n| n as u64 <= self.record.chunk_bytes);
-        let Some(len) = len else { return Ok(None) };
-        let mut buf = vec![0u8; len];
+    /// Fill `buf` with the saved bytes of `chunk`; false unless the last
+    /// commit saved that chunk, `buf` is its length and the bytes are intact.
+    pub fn saved(&self, chunk: u64, buf: &mut [u8]) -> Result<bool, JournalError> {
+        let Some(s) = self.state.saved.filter(|s| s.chunk == chunk) else { return Ok(false) };
+        if s.len != buf.len() as u64 || s.len > self.record.chunk_bytes {
+            return Ok(false);
+        }
         // A header and its save area reach the disk in one flush, in no
         // set order: a save area cut short by the file's end (its size not
         // yet durable) is as torn as one that fails its CRC. Either way the
         // chunk's source was not yet touched.
-        match self.file.read_exact_at(&mut buf, self.save_area(chunk)) {
-            Ok(()) => Ok((crc32fast::hash(&buf) == s.crc).then_some(buf)),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(None),
+        match self.file.read_exact_at(buf, self.save_area(chunk)) {
+            Ok(()) => Ok(crc32fast::hash(buf) == s.crc),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
             Err(source) => Err(JournalError::Io { path: self.path.clone(), source }),
         }
     }
@@ -365,8 +365,11 @@ mod tests {
         let back = Journal::open(&path).unwrap();
         assert_eq!(back.state, j.state);
         assert_eq!(back.checksums, [11, 22]);
-        assert_eq!(back.saved(2).unwrap(), Some(vec![7u8; 512]));
-        assert_eq!(back.saved(3).unwrap(), None);
+        let mut buf = [0u8; 512];
+        assert!(back.saved(2, &mut buf).unwrap());
+        assert_eq!(buf, [7u8; 512]);
+        assert!(!back.saved(3, &mut buf).unwrap());
+        assert!(!back.saved(2, &mut [0u8; 1024]).unwrap(), "another length");
         // Tear the newest header: the one before it (no saved chunk) stands.
         let f = File::options().write(true).open(&path).unwrap();
         f.write_all_at(&[0xFF; 8], (j.state.sequence % 2) * SLOT + 24).unwrap();
@@ -391,7 +394,7 @@ mod tests {
             let saved = j.save(1, &[9u8; 1024]).unwrap();
             j.commit(Phase::Copying, 0, Some(saved)).unwrap();
             tear(&File::options().write(true).open(&path).unwrap(), j.save_area(1));
-            assert_eq!(Journal::open(&path).unwrap().saved(1).unwrap(), None);
+            assert!(!Journal::open(&path).unwrap().saved(1, &mut [0u8; 1024]).unwrap());
         }
     }
 

@@ -5,8 +5,9 @@
 //! Order: choose where the partition goes ([`place`]) → create the journal
 //! ([`journal`]) → copy chunk by chunk, backwards when moving right, each
 //! chunk whose source the destination overlaps saved in the journal first
-//! ([`copy`]) → verify the destination against checksums taken while
-//! reading → write the contents fixups and the new table → tell the kernel
+//! ([`copy`]), each chunk reread from its destination (on a thread beside
+//! the copy) against a checksum taken while reading; once every chunk
+//! matches → write the contents fixups and the new table → tell the kernel
 //! → mark the journal done. A logical partition whose destination covers
 //! its EBR has the EBR moved first ([`Move::before`]): a table change that
 //! leaves every partition where it is, so any crash during it is harmless.

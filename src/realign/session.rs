@@ -1041,7 +1041,8 @@ fn stale_copy(dev: &dyn ReadAt, gap: Range<u64>, p: &Partition, ss: u64) -> bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::rc::Rc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
 
     const SS: usize = 512;
     const DISK: usize = 8 << 20;
@@ -1072,15 +1073,15 @@ mod tests {
     /// a count, a kernel that refuses.
     #[derive(Clone)]
     struct Mem {
-        bytes: Rc<RefCell<Vec<u8>>>,
-        writes_left: Rc<Cell<Option<u32>>>,
-        kernel_refuses: Rc<Cell<bool>>,
-        told: Rc<RefCell<Vec<u32>>>,
+        bytes: Arc<Mutex<Vec<u8>>>,
+        writes_left: Arc<Mutex<Option<u32>>>,
+        kernel_refuses: Arc<AtomicBool>,
+        told: Arc<Mutex<Vec<u32>>>,
     }
 
     impl ReadAt for Mem {
         fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-            self.bytes.borrow().read_exact_at(buf, offset)
+            self.bytes.lock().unwrap().read_exact_at(buf, offset)
         }
     }
 
@@ -1090,14 +1091,14 @@ mod tests {
         }
 
         fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-            if let Some(left) = self.writes_left.get() {
-                if left == 0 {
+            if let Some(left) = self.writes_left.lock().unwrap().as_mut() {
+                if *left == 0 {
                     return Err(std::io::Error::other("injected write failure"));
                 }
-                self.writes_left.set(Some(left - 1));
+                *left -= 1;
             }
             let at = offset as usize;
-            self.bytes.borrow_mut()[at..at + buf.len()].copy_from_slice(buf);
+            self.bytes.lock().unwrap()[at..at + buf.len()].copy_from_slice(buf);
             Ok(())
         }
 
@@ -1108,8 +1109,10 @@ mod tests {
 
     impl Writer for Mem {
         fn tell_kernel(&self, m: &Move) -> Option<String> {
-            self.told.borrow_mut().push(m.partition);
-            self.kernel_refuses.get().then(|| "injected: the kernel refused".to_string())
+            self.told.lock().unwrap().push(m.partition);
+            self.kernel_refuses
+                .load(Ordering::Relaxed)
+                .then(|| "injected: the kernel refused".to_string())
         }
     }
 
@@ -1178,10 +1181,10 @@ mod tests {
         let geometry = topology.geometry(false);
         let identity = Identity { size_bytes: DISK as u64, serial: None, wwid: None };
         let mem = Mem {
-            bytes: Rc::new(RefCell::new(img)),
-            writes_left: Rc::new(Cell::new(None)),
-            kernel_refuses: Rc::new(Cell::new(false)),
-            told: Rc::default(),
+            bytes: Arc::new(Mutex::new(img)),
+            writes_left: Arc::default(),
+            kernel_refuses: Arc::default(),
+            told: Arc::default(),
         };
         let session = Session::with(
             target,
@@ -1201,7 +1204,7 @@ mod tests {
 
     /// The partition moved whole, and the table says where.
     fn assert_moved(lab: &Lab) -> u64 {
-        let img = lab.mem.bytes.borrow();
+        let img = lab.mem.bytes.lock().unwrap();
         let layout = table::read(&*img, 512, DISK as u64).unwrap();
         let new = layout.partitions[0].start;
         assert_eq!(new % 8, 0, "moved to a 4 KiB boundary");
@@ -1217,13 +1220,13 @@ mod tests {
         assert_eq!(wanted, [1]);
         let plan = lab.session.plan(&opts(), &wanted).unwrap();
         assert_eq!((plan[0].old_start, plan[0].refused.as_deref()), (Some(OLD), None));
-        assert_eq!(*lab.mem.bytes.borrow(), image(), "planning writes nothing");
+        assert_eq!(*lab.mem.bytes.lock().unwrap(), image(), "planning writes nothing");
         let mut log = Log::default();
         let outcome = lab.session.move_all(&opts(), &wanted, &mut log).unwrap();
         assert_eq!(outcome, Outcome::Finished);
         let new = assert_moved(&lab);
         assert_eq!((log.done.len(), log.done[0].new_start), (1, new));
-        assert_eq!(*lab.mem.told.borrow(), [1], "the kernel was told");
+        assert_eq!(*lab.mem.told.lock().unwrap(), [1], "the kernel was told");
         assert!(lab.session.unfinished(None).unwrap().is_none());
         assert!(lab.session.store.unfinished().is_empty(), "the record is gone");
         assert!(lab.session.wanted(&[]).unwrap().is_empty(), "nothing left to move");
@@ -1234,12 +1237,12 @@ mod tests {
     #[test]
     fn a_failed_copy_resumes_from_its_record() {
         let lab = lab();
-        lab.mem.writes_left.set(Some(0));
+        *lab.mem.writes_left.lock().unwrap() = Some(0);
         let err = lab.session.move_all(&opts(), &[1], &mut Log::default()).unwrap_err();
         assert!(matches!(err, SessionError::Move { .. }), "{err}");
         assert!(err.to_string().contains("rerun the same command"), "{err}");
         assert_eq!(lab.session.store.unfinished().len(), 1);
-        lab.mem.writes_left.set(None);
+        *lab.mem.writes_left.lock().unwrap() = None;
         let journal = lab.session.unfinished(None).unwrap().expect("found by its record");
         let outcome = lab.session.finish(journal, &mut Log::default()).unwrap();
         assert_eq!(outcome, Outcome::Finished);
@@ -1251,7 +1254,7 @@ mod tests {
     #[test]
     fn a_kernel_that_refuses_only_warns() {
         let lab = lab();
-        lab.mem.kernel_refuses.set(true);
+        lab.mem.kernel_refuses.store(true, Ordering::Relaxed);
         let mut log = Log::default();
         assert_eq!(lab.session.move_all(&opts(), &[1], &mut log).unwrap(), Outcome::Finished);
         assert!(log.notes.iter().any(|n| n.contains("warning: injected")), "{:?}", log.notes);
@@ -1340,18 +1343,18 @@ mod tests {
                 .notes
                 .iter()
                 .any(|n| n.contains("EBR moves from LBA 4100 to LBA 4095")));
-            lab.mem.writes_left.set(Some(fail_at));
+            *lab.mem.writes_left.lock().unwrap() = Some(fail_at);
             let first = lab.session.move_all(&opts(), &[6], &mut Log::default());
             let finished = first.is_ok();
             if !finished {
-                let now = rows(&lab.mem.bytes.borrow());
+                let now = rows(&lab.mem.bytes.lock().unwrap());
                 let relinked = [before[0], before[1], (6, 4163, SECTORS, Some(4095))];
                 assert!(now == before || now == relinked || now == moved, "{fail_at}: {now:?}");
-                lab.mem.writes_left.set(None);
+                *lab.mem.writes_left.lock().unwrap() = None;
                 let journal = lab.session.unfinished(None).unwrap().expect("an unfinished move");
                 lab.session.finish(journal, &mut Log::default()).unwrap();
             }
-            let img = lab.mem.bytes.borrow();
+            let img = lab.mem.bytes.lock().unwrap();
             assert_eq!(rows(&img), moved, "failing at write {fail_at}");
             let data = |start: usize| &img[start * SS..(start + SECTORS as usize) * SS];
             assert_eq!(data(4096), &extended_image(0)[4163 * SS..(4163 + SECTORS as usize) * SS]);
@@ -1373,18 +1376,22 @@ mod tests {
         let to = Options { to: Some(4168), ..opts() };
         for fail_at in 0.. {
             let lab = lab_with(extended_image(2));
-            lab.mem.writes_left.set(Some(fail_at));
+            *lab.mem.writes_left.lock().unwrap() = Some(fail_at);
             let finished = lab.session.move_all(&to, &[6], &mut Log::default()).is_ok();
-            let now = rows(&lab.mem.bytes.borrow());
+            let now = rows(&lab.mem.bytes.lock().unwrap());
             assert!(now == before || now == moved, "failing at write {fail_at}: {now:?}");
             if finished {
                 assert_eq!(now, moved);
                 break;
             }
-            lab.mem.writes_left.set(None);
+            *lab.mem.writes_left.lock().unwrap() = None;
             let journal = lab.session.unfinished(None).unwrap().expect("an unfinished move");
             lab.session.finish(journal, &mut Log::default()).unwrap();
-            assert_eq!(rows(&lab.mem.bytes.borrow()), moved, "resumed after write {fail_at}");
+            assert_eq!(
+                rows(&lab.mem.bytes.lock().unwrap()),
+                moved,
+                "resumed after write {fail_at}"
+            );
         }
     }
 }
