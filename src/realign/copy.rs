@@ -189,9 +189,9 @@ fn copy_and_verify(
 }
 
 /// Copy the chunks after the cursor. Before a destination write may
-/// clobber a source not yet recorded as moved, the device is flushed and
-/// the cursor committed; a chunk that clobbers its own source is saved in
-/// the journal (and committed) first.
+/// clobber a source not yet recorded as moved, the chunks before it are
+/// verified, the device is flushed and the cursor committed; a chunk that
+/// clobbers its own source is saved in the journal (and committed) first.
 fn copy(
     disk: &dyn Disk,
     j: &mut Journal,
@@ -206,16 +206,27 @@ fn copy(
     for k in first..m.chunks() {
         let (rel, len) = m.chunk(k);
         let src = m.old_start * m.sector_size + rel;
-        let buf = pipe.full.recv().map_err(|_| gone("reading", src, &m))??;
+        if stop() {
+            // Nothing written since the last commit: it stands, and so does
+            // the saved chunk it may name.
+            if dirty {
+                pipe.verified_before(k, &m, tick)?;
+                disk.flush().map_err(|e| io_at("flushing before", src, &m, e))?;
+                j.commit(Phase::Copying, k, None)?;
+            }
+            return Err(MoveError::Interrupted { verifying: false, chunks: k });
+        }
+        let buf = pipe.full.recv().map_err(|_| gone("reading", &m))??;
         let data = &buf.bytes()[..len as usize];
         let crc = crc32fast::hash(data);
         j.checksums.push(crc);
         let save = m.needs_save(k);
         if save || m.needs_commit(committed, k) {
+            let saved = if save { Some(j.save(k, data)?) } else { None };
+            pipe.verified_before(k, &m, tick)?;
             if dirty {
                 disk.flush().map_err(|e| io_at("flushing after", src, &m, e))?;
             }
-            let saved = if save { Some(j.save(k, data)?) } else { None };
             j.commit(Phase::Copying, k, saved)?;
             (committed, last_commit) = (k, Instant::now());
         }
@@ -226,14 +237,11 @@ fn copy(
         let _ = pipe.written.send((k, Some(crc)));
         let _ = pipe.free.send(buf);
         pipe.drain(tick)?;
-        let stopping = stop();
-        if stopping || last_commit.elapsed() >= COMMIT_EVERY {
+        if last_commit.elapsed() >= COMMIT_EVERY {
+            pipe.verified_before(k + 1, &m, tick)?;
             disk.flush().map_err(|e| io_at("flushing after", dst, &m, e))?;
             j.commit(Phase::Copying, k + 1, None)?;
             (committed, last_commit, dirty) = (k + 1, Instant::now(), false);
-        }
-        if stopping && k + 1 < m.chunks() {
-            return Err(MoveError::Interrupted { verifying: false, chunks: k + 1 });
         }
     }
     disk.flush().map_err(|e| io_at("flushing after", m.new_start * m.sector_size, &m, e))?;
@@ -242,22 +250,48 @@ fn copy(
 }
 
 /// A helper thread ended without a word: it panicked (the scope says so).
-fn gone(what: &'static str, offset: u64, m: &Move) -> MoveError {
-    io_at(what, offset, m, io::Error::other("the thread doing it ended"))
+fn gone(what: &'static str, m: &Move) -> MoveError {
+    io_at(what, m.new_start * m.sector_size, m, io::Error::other("the thread doing it ended"))
 }
 
 impl Pipe {
+    fn heard(
+        &mut self,
+        found: Result<u64, MoveError>,
+        tick: &mut dyn FnMut(u64),
+    ) -> Result<(), MoveError> {
+        tick(found?);
+        self.verified += 1;
+        Ok(())
+    }
+
     /// Hear what the verifier has found so far, without waiting.
     fn drain(&mut self, tick: &mut dyn FnMut(u64)) -> Result<(), MoveError> {
         while let Ok(found) = self.checked.try_recv() {
-            tick(found?);
-            self.verified += 1;
+            self.heard(found, tick)?;
         }
         Ok(())
     }
 
-    /// Wait until all of `m`'s chunks are verified, polling `stop`: the rest are
-    /// only reads, so stopping here loses nothing.
+    /// Wait until the chunks before `k` in copy order are verified: a
+    /// commit past them lets later writes overwrite their sources, so a
+    /// write the disk dropped must be found while its source still holds
+    /// the bytes (a rerun then copies the chunk again).
+    fn verified_before(
+        &mut self,
+        k: u64,
+        m: &Move,
+        tick: &mut dyn FnMut(u64),
+    ) -> Result<(), MoveError> {
+        while self.verified < k {
+            let found = self.checked.recv().map_err(|_| gone("verifying", m))?;
+            self.heard(found, tick)?;
+        }
+        Ok(())
+    }
+
+    /// Wait until all of `m`'s chunks are verified, polling `stop`: the
+    /// rest are only reads, so stopping here loses nothing.
     fn finish(
         &mut self,
         m: &Move,
@@ -269,14 +303,9 @@ impl Pipe {
                 return Err(MoveError::Interrupted { verifying: true, chunks: self.verified });
             }
             match self.checked.recv_timeout(Duration::from_millis(50)) {
-                Ok(found) => {
-                    tick(found?);
-                    self.verified += 1;
-                }
+                Ok(found) => self.heard(found, tick)?,
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Err(gone("verifying", m.new_start * m.sector_size, m))
-                }
+                Err(RecvTimeoutError::Disconnected) => return Err(gone("verifying", m)),
             }
         }
         Ok(())
@@ -563,17 +592,25 @@ mod tests {
         (m, original)
     }
 
+    /// Chunk 1's write is dropped; chunk 2's would overwrite the first
+    /// sector of chunk 1's source. Verification stops the move before that,
+    /// so a rerun on an honest disk copies chunk 1 again and loses nothing.
     #[test]
-    fn a_dropped_write_fails_verification_and_no_table_is_written() {
+    fn a_dropped_write_is_found_before_its_source_is_overwritten() {
         let (m, original) = one_sector_right();
+        let want = original[63 * 512..163 * 512].to_vec();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j");
         let mut j = Journal::create(&path, m.clone()).unwrap();
         let disk = Lying { disk: Flaky::new(original, u64::MAX), lba: 150 };
         let err = run(&disk, &mut j, &mut |_| {}).unwrap_err();
         assert!(matches!(err, MoveError::Verify { lba: 148, len: 4096, .. }), "{err}");
-        assert_eq!(Journal::open(&path).unwrap().state.phase, Phase::Copying);
-        assert_eq!(disk.disk.power_cut(1)[..512], m.writes[0].old[..], "the old table stays");
+        let mut j = Journal::open(&path).unwrap();
+        assert_eq!((j.state.phase, j.state.cursor), (Phase::Copying, 1));
+        let honest = Flaky::new(disk.disk.power_cut(1), u64::MAX);
+        assert_eq!(honest.power_cut(1)[..512], m.writes[0].old[..], "the old table stays");
+        run(&honest, &mut j, &mut |_| {}).unwrap();
+        assert!(honest.power_cut(1)[64 * 512..164 * 512] == want[..]);
     }
 
     /// A resume verifies the chunks copied before it too: one changed since

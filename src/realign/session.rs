@@ -1138,16 +1138,17 @@ mod tests {
     struct Log {
         notes: Vec<String>,
         done: Vec<Done>,
-        stop_after_progress: bool,
-        progressed: bool,
+        /// A stop asked for from this poll on (the first is before the
+        /// journal is made, the second before the first chunk).
+        stop_at_poll: Option<u32>,
+        polls: Cell<u32>,
     }
 
     impl Events for Log {
-        fn progress(&mut self, _: u64) {
-            self.progressed = true;
-        }
+        fn progress(&mut self, _: u64) {}
         fn stop_requested(&self) -> bool {
-            self.stop_after_progress && self.progressed
+            self.polls.set(self.polls.get() + 1);
+            self.stop_at_poll.is_some_and(|at| self.polls.get() >= at)
         }
         fn note(&mut self, text: &str) {
             self.notes.push(text.into());
@@ -1290,7 +1291,7 @@ mod tests {
     #[test]
     fn a_stopped_move_says_how_to_finish_it() {
         let lab = lab();
-        let mut log = Log { stop_after_progress: true, ..Log::default() };
+        let mut log = Log { stop_at_poll: Some(2), ..Log::default() };
         let Outcome::Stopped(why) = lab.session.move_all(&opts(), &[1], &mut log).unwrap() else {
             panic!("not stopped")
         };
