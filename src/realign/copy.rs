@@ -206,16 +206,6 @@ fn copy(
     for k in first..m.chunks() {
         let (rel, len) = m.chunk(k);
         let src = m.old_start * m.sector_size + rel;
-        if stop() {
-            // Nothing written since the last commit: it stands, and so does
-            // the saved chunk it may name.
-            if dirty {
-                pipe.verified_before(k, &m, tick)?;
-                disk.flush().map_err(|e| io_at("flushing before", src, &m, e))?;
-                j.commit(Phase::Copying, k, None)?;
-            }
-            return Err(MoveError::Interrupted { verifying: false, chunks: k });
-        }
         let buf = pipe.full.recv().map_err(|_| gone("reading", &m))??;
         let data = &buf.bytes()[..len as usize];
         let crc = crc32fast::hash(data);
@@ -237,11 +227,18 @@ fn copy(
         let _ = pipe.written.send((k, Some(crc)));
         let _ = pipe.free.send(buf);
         pipe.drain(tick)?;
-        if last_commit.elapsed() >= COMMIT_EVERY {
-            pipe.verified_before(k + 1, &m, tick)?;
+        let (stopping, last) = (stop(), k + 1 == m.chunks());
+        if stopping || last_commit.elapsed() >= COMMIT_EVERY {
+            if !last {
+                pipe.verified_before(k + 1, &m, tick)?;
+            }
             disk.flush().map_err(|e| io_at("flushing after", dst, &m, e))?;
             j.commit(Phase::Copying, k + 1, None)?;
             (committed, last_commit, dirty) = (k + 1, Instant::now(), false);
+        }
+        if stopping {
+            let (verifying, chunks) = if last { (true, pipe.verified) } else { (false, k + 1) };
+            return Err(MoveError::Interrupted { verifying, chunks });
         }
     }
     disk.flush().map_err(|e| io_at("flushing after", m.new_start * m.sector_size, &m, e))?;
