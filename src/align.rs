@@ -192,6 +192,11 @@ impl Geometry {
 #[serde(rename_all = "lowercase")]
 pub enum Class {
     Aligned,
+    /// A partition whose start is off a physical boundary while every
+    /// data area inside it is on one (a LUKS payload, an LVM `pe_start`
+    /// that makes up for the start): only its headers' rare writes straddle,
+    /// and moving it would misalign the data. Only `audit` gives it.
+    Compensated,
     /// Physically aligned, but off the optimal I/O size or the 1 MiB grid.
     Suboptimal,
     /// Not on a physical sector boundary: writes pay read-modify-write.
@@ -202,6 +207,7 @@ impl Class {
     pub fn as_str(self) -> &'static str {
         match self {
             Class::Aligned => "aligned",
+            Class::Compensated => "compensated",
             Class::Suboptimal => "suboptimal",
             Class::Misaligned => "misaligned",
         }

@@ -367,6 +367,7 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
             follow_open_luks(&mut audit, root, target, &geometry);
             follow_holders(&mut audit, root, target, opts.trust_kernel);
         }
+        mark_compensated(&mut audit);
     }
     audit.topology = Some(topology);
     audit.geometry = Some(geometry);
@@ -712,6 +713,17 @@ fn follow_open_luks(audit: &mut DiskAudit, root: &SysRoot, target: &Target, geom
             layer.note.get_or_insert_with(|| format!("read through {}", node.display()));
         }
         p.layers.extend(judge_layers(found, geometry, &[geometry.alignment_offset]));
+    }
+}
+
+/// A misaligned partition whose data areas, and every mapping the kernel
+/// holds open on it, are aligned is judged by its data: compensated.
+fn mark_compensated(audit: &mut DiskAudit) {
+    for p in audit.partitions.iter_mut().filter(|p| p.verdict.verdict == Class::Misaligned) {
+        let held_aligned = p.holders.iter().all(|o| o.verdict != Some(Class::Misaligned));
+        if held_aligned && stack::compensates(p.layers.iter().map(|l| (&l.layer, &l.verdict))) {
+            p.verdict.verdict = Class::Compensated;
+        }
     }
 }
 

@@ -1129,3 +1129,98 @@ fn layers_off_only_because_their_partition_is_get_realign_first() {
     }
     assert!(advised[1].iter().all(|(layer, _)| layer != "partition"), "aligned: {advised:?}");
 }
+
+/// Found on a real kernel: cryptsetup and LVM make up for a partition at an
+/// odd LBA (a LUKS payload at 2 MiB + 512, a `pe_start` of 1 MiB + 3584),
+/// and `realign --yes` moved those partitions, misaligning the data that
+/// was aligned. Now audit calls them compensated (exit 0 for them), advise
+/// offers no move, realign leaves them (refusing when named, the image
+/// unchanged) and moves only the LUKS2 partition whose payload was off with
+/// its start; cryptsetup and pvs read the same offsets afterwards.
+#[test]
+fn a_move_never_misaligns_a_layer_that_is_aligned() {
+    if !lvm_ready() || !needs(true, &["cryptsetup"]) {
+        return;
+    }
+    let script = "label: dos\nstart=63, size=40000\nstart=40961, size=20480\n\
+                  start=65537, size=40000\n";
+    let image = Image::sfdisk(128 * MIB, script);
+    let kept = Image::new(40000 * 512);
+    // LUKS2 wants a 4 KiB multiple unless the device reports an alignment
+    // offset (the lab's case); LUKS1 takes any alignment.
+    luks_format(kept.str(), &["--type", "luks1", "--align-payload", "4097"]);
+    let dump = out("cryptsetup", &["luksDump", kept.str()]);
+    assert_eq!(number(&dump, "Payload offset"), 4097, "{dump}");
+    embed(&kept.path, &image.path, 63 * 512);
+    let pv = Image::new(20480 * 512);
+    {
+        let lo = Loop::attach(&pv.path, 512);
+        lvm("pvcreate", &["-q", "-y", "--dataalignmentoffset", "7s", lo.str()]);
+        assert_eq!(pvs_pe_start(lo.str()), MIB + 3584);
+    }
+    embed(&pv.path, &image.path, 40961 * 512);
+    let off = Image::new(40000 * 512);
+    luks_format(off.str(), &["--type", "luks2", "--sector-size", "512"]);
+    embed(&off.path, &image.path, 65537 * 512);
+    let img = image.str();
+
+    let (code, target) = common::audit_json(&[img]);
+    let verdicts: Vec<&str> =
+        (0..3).map(|n| target["partitions"][n]["verdict"].as_str().unwrap()).collect();
+    assert_eq!(verdicts, ["compensated", "compensated", "misaligned"], "{target}");
+    assert_eq!(code, 1, "partition 3 is misaligned");
+    let human = common::blkalign().args(["audit", img]).output().expect("audit");
+    let text = String::from_utf8_lossy(&human.stdout);
+    assert!(text.contains("└ crypto_LUKS") && text.contains("compensated"), "{text}");
+    let advised = advice(img);
+    assert!(!format!("{:?}", advised[0]).contains("blkalign realign"), "{advised:?}");
+    assert!(format!("{:?}", advised[2]).contains("blkalign realign"), "{advised:?}");
+
+    let before = std::fs::read(&image.path).expect("read");
+    let state = tempfile::tempdir().expect("state");
+    let realign = |args: &[&str]| {
+        common::blkalign()
+            .env("BLKALIGN_STATE_DIR", state.path())
+            .arg("realign")
+            .args(args)
+            .output()
+            .expect("realign")
+    };
+    for named in ["1", "2"] {
+        let out = realign(&[img, named, "--yes"]);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{said}");
+        assert!(said.contains("would misalign") && said.contains("aligned → "), "{said}");
+    }
+    assert!(std::fs::read(&image.path).expect("read") == before, "a refusal wrote nothing");
+    let plan = realign(&[img, "--json"]);
+    let doc = common::json_of(&plan.stdout);
+    let moves = doc["moves"].as_array().expect("moves");
+    assert_eq!(moves.len(), 1, "{doc}");
+    assert_eq!(moves[0]["partition"], 3);
+    assert_eq!(
+        (moves[0]["layers"][0]["off_before"].as_u64(), moves[0]["layers"][0]["off_after"].as_u64()),
+        (Some(512), Some(0)),
+        "{doc}"
+    );
+    common::check_schema("realign", &doc.to_string());
+    let moved = realign(&[img, "--yes"]);
+    assert_eq!(moved.status.code(), Some(0), "{}", String::from_utf8_lossy(&moved.stderr));
+
+    let (code, target) = common::audit_json(&[img]);
+    assert_eq!(code, 0, "{target}");
+    let third = &target["partitions"][2];
+    assert_eq!(
+        (third["verdict"].as_str(), third["layers"][0]["verdict"].as_str()),
+        (Some("aligned"), Some("aligned")),
+        "{target}"
+    );
+    // The peers read each layer where it was, relative to its partition.
+    let disk = Loop::attach(&image.path, 512);
+    disk.add_partitions(3);
+    let dump = out("cryptsetup", &["luksDump", &format!("{}p3", disk.str())]);
+    assert_eq!(after(&dump, "offset:"), 16 * MIB, "{dump}");
+    assert_eq!(pvs_pe_start(&format!("{}p2", disk.str())), MIB + 3584);
+    let start = |n: usize| target["partitions"][n]["start"].as_u64().unwrap();
+    assert_eq!((start(0), start(1)), (63, 40961), "the compensated partitions stayed");
+}

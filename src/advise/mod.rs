@@ -116,6 +116,9 @@ pub struct Partition<'a> {
     pub logical: u64,
     /// Bytes its start lies past a physical sector boundary; 0 when aligned.
     pub misalignment_bytes: u64,
+    /// Its contents put every data area on a boundary all the same
+    /// ([`crate::stack::compensates`]): moving it would misalign them.
+    pub compensated: bool,
 }
 
 /// What the advice is computed from, in bytes.
@@ -209,9 +212,10 @@ pub fn advise(part: &Partition, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<
     match holds {
         Holds::Nothing => out.extend(empty(part, io).into_iter().map(Advice::destroys)),
         // Recreating is not the way when moving the partition is.
-        Holds::Contents(c) => out.extend(
-            Some(in_place(dev, io, c)).filter(|a| a.command.is_some() || realign(part).is_none()),
-        ),
+        Holds::Contents(c) => out
+            .extend(Some(in_place(dev, io, c)).filter(|a| {
+                a.command.is_some() || realign(part).and_then(|r| r.command).is_none()
+            })),
         Holds::Unreadable(e) => out.push(Advice::note(
             "?",
             format!(
@@ -269,6 +273,17 @@ const RECREATE: &str = "changing it means recreating it: copy the data off first
 /// For a partition starting off a physical boundary: the move that aligns
 /// it, keeping its data.
 fn realign(part: &Partition) -> Option<Advice> {
+    if part.compensated {
+        return Some(Advice::note(
+            "partition",
+            format!(
+                "partition {} starts {} bytes past a physical sector boundary, but what it holds \
+                 puts every data area on one (compensated): nothing to move, and moving it would \
+                 misalign the data",
+                part.number, part.misalignment_bytes
+            ),
+        ));
+    }
     (part.misalignment_bytes > 0).then(|| {
         Advice::run(
             "partition",
@@ -668,6 +683,7 @@ mod tests {
             size_bytes: 1 << 30,
             logical: 512,
             misalignment_bytes: 0,
+            compensated: false,
         }
     }
 
@@ -797,6 +813,7 @@ mod tests {
         let at63 = Partition {
             disk: Path::new("old disk.img"),
             misalignment_bytes: 3584,
+            compensated: false,
             ..part(&node, "0x83")
         };
         let a = advise(&at63, "DISK", &io(4096, None, None), &Holds::Nothing);
@@ -842,6 +859,7 @@ mod tests {
             aligned_optimal: None,
             verdict: Class::Misaligned,
             misalignment_bytes: 3584,
+            compensated: false,
             cost: None,
             finding: None,
         };

@@ -6,7 +6,7 @@ use super::output::OutputArgs;
 use super::EXIT_OK;
 use anyhow::Context;
 use blkalign::advise::{self, Advice, Holds, IoSizes, Node};
-use blkalign::align::Geometry;
+use blkalign::audit::LayerAudit;
 use blkalign::device::{SysRoot, Target};
 use blkalign::open::Opened;
 use blkalign::report::table::{self, fill, Column, Kind, Style};
@@ -86,21 +86,26 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         .filter(|p| p.kind != PartKind::Extended)
         .map(|p| {
             let named = Node::of(&target, p.number);
+            let (start_bytes, size_bytes) =
+                (p.start.saturating_mul(logical), p.size.saturating_mul(logical));
+            let layers = blkalign::audit::layers_at(&file, start_bytes, size_bytes, &geometry);
+            let misalignment_bytes =
+                geometry.judge(p.start, p.size).map_or(0, |v| v.misalignment_bytes);
+            let judged = layers.iter().map(|l| (&l.layer, &l.verdict));
             let part = advise::Partition {
                 node: &named,
                 number: p.number,
                 disk: &target.path,
                 type_id: &p.type_id,
-                start_bytes: p.start.saturating_mul(logical),
-                size_bytes: p.size.saturating_mul(logical),
+                start_bytes,
+                size_bytes,
                 logical,
-                misalignment_bytes: geometry
-                    .judge(p.start, p.size)
-                    .map_or(0, |v| v.misalignment_bytes),
+                misalignment_bytes,
+                compensated: misalignment_bytes > 0 && blkalign::stack::compensates(judged),
             };
             let holds = advise::holds(&file, p.start, p.size, logical, topology.size_bytes);
             let mut advice = advise::advise(&part, &disk, &io, &holds);
-            for more in layer_advice(&file, &part, &io, &geometry) {
+            for more in layer_advice(&layers, &part, &io) {
                 // A layer's own advice may repeat what its contents gave.
                 if !advice.contains(&more) {
                     advice.push(more);
@@ -237,16 +242,8 @@ fn text<'a>(
 
 /// Advice from the layers found inside partition `part`: what fixes each
 /// one that is not aligned.
-fn layer_advice(
-    file: &std::fs::File,
-    part: &advise::Partition,
-    io: &IoSizes,
-    geometry: &Geometry,
-) -> Vec<Advice> {
-    blkalign::audit::layers_at(file, part.start_bytes, part.size_bytes, geometry)
-        .iter()
-        .filter_map(|l| advise::for_layer(part, io, &l.layer, &l.verdict))
-        .collect()
+fn layer_advice(layers: &[LayerAudit], part: &advise::Partition, io: &IoSizes) -> Vec<Advice> {
+    layers.iter().filter_map(|l| advise::for_layer(part, io, &l.layer, &l.verdict)).collect()
 }
 
 /// The disk's sysfs device path runs through a USB host.

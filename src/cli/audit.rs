@@ -44,7 +44,8 @@ pub struct Args {
     #[command(flatten)]
     output: OutputArgs,
 
-    /// Exit 1 for suboptimal starts too (off the optimal I/O size or 1 MiB).
+    /// Exit 1 for suboptimal starts too (off the optimal I/O size or 1 MiB),
+    /// and for compensated ones (off a physical boundary, data inside on one).
     #[arg(long)]
     strict: bool,
 
@@ -130,7 +131,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
 }
 
 /// 2 if anything could not be checked, else 1 if anything is misaligned
-/// (or, with --strict, suboptimal) or a table problem puts data out of
+/// (or, with --strict, suboptimal or compensated) or a table problem puts data out of
 /// reach, else 0.
 fn exit_code(audits: &[DiskAudit], strict: bool) -> u8 {
     if audits.iter().any(|a| a.error.is_some()) {
@@ -142,7 +143,7 @@ fn exit_code(audits: &[DiskAudit], strict: bool) -> u8 {
     let worst = audits.iter().filter_map(DiskAudit::worst).max();
     match worst {
         Some(Class::Misaligned) => EXIT_PROBLEM,
-        Some(Class::Suboptimal) if strict => EXIT_PROBLEM,
+        Some(Class::Suboptimal | Class::Compensated) if strict => EXIT_PROBLEM,
         _ => EXIT_OK,
     }
 }

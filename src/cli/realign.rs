@@ -59,6 +59,12 @@ pub struct Args {
     #[arg(long)]
     force: bool,
 
+    /// Move a partition even when that misaligns a layer inside that is
+    /// aligned today (a LUKS payload or LVM data area placed to make up
+    /// for the partition's start). Without it such a move is refused.
+    #[arg(long)]
+    misalign_layers: bool,
+
     /// Print the plan or the result as JSON.
     #[arg(long)]
     json: bool,
@@ -116,11 +122,20 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         std::mem::replace(&mut events.result, Ok(()))?;
     }
     let wanted = session.wanted(&args.partitions)?;
+    if args.partitions.is_empty() {
+        for n in session.compensated()? {
+            eprintln!(
+                "partition {n} stays: its start is off a physical boundary, but what it holds \
+                 puts its data on one, and a move would misalign that (name it and add \
+                 --misalign-layers to move it anyway)"
+            );
+        }
+    }
     if wanted.is_empty() {
         if args.json {
             print_plan(path, !args.yes, &[], true)?;
         }
-        eprintln!("nothing to move: every partition starts on a physical sector boundary");
+        eprintln!("nothing to move: no partition's data is off a physical sector boundary");
         return Ok(EXIT_OK);
     }
     let opts = options(&args)?;
@@ -145,6 +160,7 @@ fn options(args: &Args) -> anyhow::Result<Options> {
         to: args.to,
         align: args.align.parse::<Align>()?,
         force: args.force,
+        misalign_layers: args.misalign_layers,
         journal: args.journal.clone(),
     })
 }

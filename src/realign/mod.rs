@@ -15,6 +15,7 @@
 pub mod copy;
 pub mod guard;
 pub mod journal;
+pub mod layers;
 pub mod place;
 pub mod prepare;
 pub mod session;

@@ -9,6 +9,7 @@
 
 use super::copy::{self, Disk, MoveError};
 use super::journal::{Journal, JournalError, Phase};
+use super::layers::{self, LayerShift};
 use super::place::{self, PlaceError, Placement, Request};
 use super::prepare::{prepare, PrepareError, Prepared};
 use super::state::{self, Store};
@@ -117,6 +118,8 @@ pub struct Planned {
     pub read_rate_bytes_per_second: Option<f64>,
     pub estimated_seconds: Option<f64>,
     pub notes: Vec<String>,
+    /// Each layer inside, judged where it is and where the move puts it.
+    pub layers: Vec<LayerShift>,
     /// Why this partition cannot be moved.
     pub refused: Option<String>,
 }
@@ -127,7 +130,9 @@ impl Planned {
         let mut text = String::new();
         let head = format!("{}: partition {}", target.display(), self.partition);
         if let Some(why) = &self.refused {
-            text += &format!("{head}: cannot move: {why}\n");
+            // A placement's refusal already names the partition.
+            let own = format!("partition {} cannot be moved: ", self.partition);
+            text += &format!("{head}: cannot move: {}\n", why.strip_prefix(&own).unwrap_or(why));
             return text;
         }
         if self.direction.is_none() {
@@ -284,6 +289,8 @@ pub struct Options {
     pub align: Align,
     /// Overwrite non-zero gap bytes, or move what a boot loader records.
     pub force: bool,
+    /// Move even when a layer inside that is aligned today would not be.
+    pub misalign_layers: bool,
     /// The journal to use instead of the default place.
     pub journal: Option<PathBuf>,
 }
@@ -437,7 +444,8 @@ impl Session {
             .collect()
     }
 
-    /// The partitions to move: those named, or every misaligned one.
+    /// The partitions to move: those named, or every misaligned one whose
+    /// contents do not make up for its start (see [`Session::compensated`]).
     pub fn wanted(&self, named: &[u32]) -> Result<Vec<u32>, SessionError> {
         let layout = self.layout()?;
         if !named.is_empty() {
@@ -451,14 +459,29 @@ impl Session {
             }
             return Ok(named.to_vec());
         }
-        let misaligned = layout.partitions.iter().filter(|p| {
-            p.kind != PartKind::Extended
-                && self
-                    .geometry
-                    .judge(p.start, p.size)
-                    .is_some_and(|v| v.verdict == Class::Misaligned)
-        });
+        let compensated = self.compensated()?;
+        let misaligned = self.misaligned(&layout).filter(|p| !compensated.contains(&p.number));
         Ok(misaligned.map(|p| p.number).collect())
+    }
+
+    /// The partitions whose start is off a physical boundary while every
+    /// data area inside is on one: a move would misalign their data, so
+    /// they are moved only when named, with `misalign_layers`.
+    pub fn compensated(&self) -> Result<Vec<u32>, SessionError> {
+        let layout = self.layout()?;
+        let ss = self.geometry.logical;
+        let kept = self
+            .misaligned(&layout)
+            .filter(|p| layers::compensated(&layers::of(&*self.reader, p, ss), &self.geometry));
+        Ok(kept.map(|p| p.number).collect())
+    }
+
+    fn misaligned<'a>(&self, layout: &'a Layout) -> impl Iterator<Item = &'a Partition> + 'a {
+        let geometry = self.geometry.clone();
+        layout.partitions.iter().filter(move |p| {
+            p.kind != PartKind::Extended
+                && geometry.judge(p.start, p.size).is_some_and(|v| v.verdict == Class::Misaligned)
+        })
     }
 
     /// What moving `wanted` would do, refusals included, after every check
@@ -664,7 +687,7 @@ impl Session {
             let tries: Vec<(usize, Result<Placement, PlaceError>)> = pending
                 .iter()
                 .enumerate()
-                .map(|(i, &n)| (i, self.place_one(&layout, request(opts, n))))
+                .map(|(i, &n)| (i, self.place_one(&layout, opts, n)))
                 .collect();
             let Some((i, Ok(placement))) = tries.iter().find(|(_, r)| r.is_ok()).cloned() else {
                 out.extend(tries.into_iter().map(|(_, r)| r));
@@ -687,9 +710,9 @@ impl Session {
         Ok(out)
     }
 
-    fn place_one(&self, layout: &Layout, req: Request) -> Result<Placement, PlaceError> {
+    fn place_one(&self, layout: &Layout, opts: &Options, n: u32) -> Result<Placement, PlaceError> {
+        let req = request(opts, n);
         let ss = layout.sector_size;
-        let n = req.partition;
         let part = layout.partitions.iter().find(|p| p.number == n);
         // Bytes an earlier move of this very partition left behind are ours
         // to overwrite, not a boot loader's.
@@ -725,7 +748,20 @@ impl Session {
                 return Err(PlaceError::CannotMove(n, format!("{why}; --force moves it anyway")));
             }
         }
+        if !opts.misalign_layers {
+            let shifts = self.layer_shifts(&placed);
+            if let Some(why) = layers::refusal(n, placed.new_start, &shifts) {
+                return Err(PlaceError::CannotMove(n, why));
+            }
+        }
         Ok(placed)
+    }
+
+    /// What moving the partition as `placed` says does to each layer in it.
+    fn layer_shifts(&self, placed: &Placement) -> Vec<LayerShift> {
+        let p = &placed.partition;
+        let found = layers::of(&*self.reader, p, self.geometry.logical);
+        layers::shifts(&found, &self.geometry, p.start, placed.new_start)
     }
 
     fn planned(
@@ -750,6 +786,9 @@ impl Session {
         notes.extend(prepared.notes.iter().cloned());
         notes.extend(self.image.as_ref().map(|(format, _)| growth(format, m)));
         notes.extend(self.fat_warning(m.partition, m.old_start, m.sectors));
+        let shifts = self.layer_shifts(placement);
+        let changed = shifts.iter().filter(|s| s.off_before != s.off_after);
+        notes.extend(changed.map(LayerShift::describe));
         Ok(Planned {
             partition: m.partition,
             contents: m.contents.clone(),
@@ -765,6 +804,7 @@ impl Session {
             read_rate_bytes_per_second: rate,
             estimated_seconds: rate.map(|r| passes * m.bytes() as f64 / r),
             notes,
+            layers: shifts,
             refused: None,
         })
     }

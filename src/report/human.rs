@@ -76,11 +76,16 @@ pub fn columns<'a>() -> Vec<Column<Row<'a>>> {
             part(r, |_, p| p.mountpoints.join(","))
         })
         .on_request(),
-        column("VERDICT", "aligned, suboptimal or misaligned", Verdict, |r, _| match r {
-            Row::Partition(_, p) if !p.holds_data() => "-".to_string(),
-            Row::Partition(_, p) => p.verdict.verdict.as_str().to_string(),
-            Row::Layer(l) => l.verdict.verdict.as_str().to_string(),
-        }),
+        column(
+            "VERDICT",
+            "aligned, compensated, suboptimal or misaligned",
+            Verdict,
+            |r, _| match r {
+                Row::Partition(_, p) if !p.holds_data() => "-".to_string(),
+                Row::Partition(_, p) => p.verdict.verdict.as_str().to_string(),
+                Row::Layer(l) => l.verdict.verdict.as_str().to_string(),
+            },
+        ),
         column(
             "MISALIGN",
             "bytes past the last physical sector boundary (0 when aligned)",
@@ -141,7 +146,9 @@ fn rows<'a>(a: &'a DiskAudit, columns: &[&Column<Row<'a>>]) -> Vec<Row<'a>> {
     let mut rows = Vec::new();
     for p in &a.partitions {
         rows.push(Row::Partition(a, p));
-        if layered && shows_layers(&p.layers) {
+        // A compensated start is explained by the layers that make up for it.
+        let compensated = p.verdict.verdict == Class::Compensated;
+        if layered && (compensated || shows_layers(&p.layers)) {
             rows.extend(p.layers.iter().map(Row::Layer));
         }
     }
@@ -250,6 +257,9 @@ fn hint(a: &DiskAudit) -> Option<String> {
              {image} {raw}`, then `blkalign advise {raw}`"
         ));
     }
+    if let Some(fix) = table_fix(a).filter(|_| misaligned) {
+        return Some(fix);
+    }
     if misaligned {
         Some(format!(
             "`blkalign realign {path}` shows how to move the misaligned partitions to aligned \
@@ -263,6 +273,32 @@ fn hint(a: &DiskAudit) -> Option<String> {
     } else {
         None
     }
+}
+
+/// realign moves nothing on a table with problems: what mends the table
+/// comes first. The audit's own findings are not the table's.
+fn table_fix(a: &DiskAudit) -> Option<String> {
+    const AUDIT_OWN: [&str; 3] = ["kernel_differs", "realign_unfinished", "selected_not_in_table"];
+    let table: Vec<&str> =
+        a.problems.iter().map(|p| p.code).filter(|c| !AUDIT_OWN.contains(c)).collect();
+    if table.is_empty() || a.problems.iter().any(|p| p.code == "realign_unfinished") {
+        return None;
+    }
+    let path = crate::advise::shell_word(&a.path);
+    let gpt_copy = |c: &&str| c.starts_with("gpt_") && *c != "gpt_entry_inverted";
+    let fix = if table.iter().all(gpt_copy) {
+        format!("`sgdisk -e {path}` rewrites both GPT copies from the valid one")
+    } else {
+        format!(
+            "`sfdisk -d {path} > table.txt` dumps it; correct the entries named above and write \
+             it back (`sfdisk {path} < table.txt`)"
+        )
+    };
+    Some(format!(
+        "`blkalign realign` moves nothing on a table with problems ({}): mend the table first \
+         ({fix}), then audit again",
+        table.join(", ")
+    ))
 }
 
 fn heading(a: &DiskAudit) -> String {
@@ -425,7 +461,32 @@ fn detail(p: &PartitionAudit) -> String {
         Class::Suboptimal => {
             "not on a 1 MiB boundary (the fdisk/parted/Windows convention)".to_string()
         }
+        Class::Compensated => compensated_detail(p),
         Class::Aligned => String::new(),
+    }
+}
+
+/// Why a start off a boundary costs next to nothing here, and what is off.
+fn compensated_detail(p: &PartitionAudit) -> String {
+    let off = p.verdict.misalignment_bytes;
+    let Some(outer) = p.layers.first() else { return String::new() };
+    format!(
+        "starts {off} bytes past a physical boundary, but its {} puts every data area on one \
+         (data at byte {}): only its {off}-byte-off header's writes straddle, which are rare. \
+         Not a misalignment to repair: moving it would misalign the data",
+        outer.layer.name, outer.layer.absolute_offset_bytes
+    )
+}
+
+/// The problems that make data unreachable or misplaced lead the summary,
+/// whatever the starts' verdicts.
+fn errors(a: &DiskAudit) -> String {
+    let codes: Vec<&str> =
+        a.problems.iter().filter(|p| p.severity == Severity::Error).map(|p| p.code).collect();
+    match codes.len() {
+        0 => String::new(),
+        1 => format!("1 PROBLEM ({}); ", codes[0]),
+        n => format!("{n} PROBLEMS ({}); ", codes.join(", ")),
     }
 }
 
@@ -441,6 +502,9 @@ fn summary(a: &DiskAudit) -> String {
     let verdict = match a.worst() {
         _ if a.error.is_some() && a.partitions.is_empty() => "NOT CHECKED",
         Some(Class::Misaligned) => "MISALIGNED",
+        Some(Class::Compensated) => {
+            "data aligned, some partition starts compensated by their contents"
+        }
         Some(Class::Suboptimal) if starts(Class::Suboptimal) => {
             "aligned to physical sectors, some starts suboptimal"
         }
@@ -466,8 +530,14 @@ fn summary(a: &DiskAudit) -> String {
             };
         }
     }
+    let compensated = match count(Class::Compensated) {
+        0 => String::new(),
+        n => format!(", {n} compensated"),
+    };
     format!(
-        "{verdict}: {} partition{}, {} aligned, {} suboptimal, {} misaligned{off}{assumed}",
+        "{}{verdict}: {} partition{}, {} aligned{compensated}, {} suboptimal, {} \
+         misaligned{off}{assumed}",
+        errors(a),
         data.len(),
         if data.len() == 1 { "" } else { "s" },
         count(Class::Aligned),

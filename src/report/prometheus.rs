@@ -11,10 +11,10 @@ pub fn render(audits: &[DiskAudit], now: f64) -> String {
     family(
         &mut out,
         "blkalign_partition_misaligned",
-        "1 if the partition start is not on a physical sector boundary.",
+        "1 if the partition start is not on a physical sector boundary and nothing inside makes up for it.",
     );
     for (a, p) in partitions(audits) {
-        let value = u8::from(!p.verdict.aligned_physical);
+        let value = u8::from(p.verdict.verdict == Class::Misaligned);
         sample(
             &mut out,
             "blkalign_partition_misaligned",

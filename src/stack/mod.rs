@@ -15,7 +15,7 @@ mod zfs;
 pub use layers::{walk, Details, Layer};
 pub use signature::{identify, Contents, Kind};
 pub use startrec::{start_fixups, Patch, StackError};
-pub use verdict::{judge, LayerVerdict};
+pub use verdict::{compensates, judge, LayerVerdict};
 
 #[cfg(test)]
 mod peers;

@@ -102,3 +102,18 @@ fn findings(layer: &Layer, physical: u64, optimal: Option<u64>) -> Vec<String> {
     }
     found
 }
+
+/// Whether a partition's layers make up for a start off a physical
+/// boundary: the outermost keeps its data a fixed distance into the
+/// partition (LUKS payload, LVM `pe_start`, md or bcache data offset, FAT
+/// data area) and every layer's data lands on a boundary. cryptsetup and
+/// LVM place their data that way on a misaligned partition; moving the
+/// partition would then misalign the data.
+pub fn compensates<'a>(mut layers: impl Iterator<Item = (&'a Layer, &'a LayerVerdict)>) -> bool {
+    match layers.next() {
+        Some((outer, v)) if outer.depth == 0 && outer.offset_bytes > 0 && v.aligned_physical => {
+            layers.all(|(_, v)| v.aligned_physical)
+        }
+        _ => false,
+    }
+}
