@@ -64,7 +64,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let session = Session::open(root.clone(), &path, &Overrides::default(), false)?
         .store(Store::new(work.path().join("state")));
     let wanted = session.wanted(&[])?;
-    let opts = Options { to: None, align: Align::Optimal, force: false, journal: None };
+    let opts = Options {
+        to: None,
+        align: Align::Optimal,
+        force: false,
+        misalign_layers: false,
+        journal: None,
+    };
     for planned in session.plan(&opts, &wanted)? {
         print!("{}", planned.describe(&path));
     }

@@ -859,7 +859,6 @@ mod tests {
             aligned_optimal: None,
             verdict: Class::Misaligned,
             misalignment_bytes: 3584,
-            compensated: false,
             cost: None,
             finding: None,
         };

@@ -477,7 +477,7 @@ impl Session {
     }
 
     fn misaligned<'a>(&self, layout: &'a Layout) -> impl Iterator<Item = &'a Partition> + 'a {
-        let geometry = self.geometry.clone();
+        let geometry = self.geometry;
         layout.partitions.iter().filter(move |p| {
             p.kind != PartKind::Extended
                 && geometry.judge(p.start, p.size).is_some_and(|v| v.verdict == Class::Misaligned)
@@ -1239,7 +1239,13 @@ mod tests {
     }
 
     fn opts() -> Options {
-        Options { to: None, align: Align::Optimal, force: false, journal: None }
+        Options {
+            to: None,
+            align: Align::Optimal,
+            force: false,
+            misalign_layers: false,
+            journal: None,
+        }
     }
 
     /// The partition moved whole, and the table says where.
