@@ -1224,3 +1224,39 @@ fn a_move_never_misaligns_a_layer_that_is_aligned() {
     let start = |n: usize| target["partitions"][n]["start"].as_u64().unwrap();
     assert_eq!((start(0), start(1)), (63, 40961), "the compensated partitions stayed");
 }
+
+/// Found on a real kernel: a FAT made with its data area off the physical
+/// grid inside a 100 MiB partition at LBA 63. realign's fix was `mkfs.vfat
+/// -F 32 -s 8`, which makes a FAT32 of ~25,000 clusters (the spec's
+/// minimum is 65,525), and advise said the data area was 3584 bytes off
+/// (the partition's offset; it is 2560) with no command. Both now give the
+/// command advise gives an empty partition of that size, and it makes a
+/// file system fsck.fat accepts with its data area on the grid.
+#[test]
+fn a_fat_off_the_grid_inside_its_partition_gets_the_right_mkfs() {
+    if !needs(false, &["sfdisk", "mkfs.vfat", "fsck.vfat"]) {
+        return;
+    }
+    let sectors = 204_800u64;
+    let image =
+        Image::sfdisk(200 * MIB, &format!("label: dos\nstart=63, size={sectors}, type=c\n"));
+    let fat = Image::new(sectors * 512);
+    run("mkfs.vfat", &["-a", "-F", "32", "-R", "38", fat.str()]);
+    embed(&fat.path, &image.path, 63 * 512);
+    let (_, target) = common::audit_json(&[image.str()]);
+    let layer = &target["partitions"][0]["layers"][0];
+    assert_eq!(layer["misalignment_bytes"], 2560, "{target}");
+    let advised = advice(image.str());
+    let vfat = advised[0].iter().find(|(l, _)| l == "vfat").expect("vfat advice");
+    assert!(vfat.1.contains("&& mkfs.vfat -s 8 ${dev}p1;"), "{advised:?}");
+    let plan = common::blkalign().args(["realign", image.str()]).output().expect("realign");
+    let said = String::from_utf8_lossy(&plan.stdout);
+    assert!(said.contains("`mkfs.vfat -s 8 ") && !said.contains("-F 32"), "{said}");
+    // The command as advised, on a partition of that size.
+    let remade = Image::new(sectors * 512);
+    run("mkfs.vfat", &["-s", "8", remade.str()]);
+    run("fsck.vfat", &["-n", remade.str()]);
+    let found = &layers(&remade.path, 0, sectors * 512)[0];
+    assert!(matches!(found.details, Details::Fat { bits: 16, .. }), "{found:?}");
+    assert_eq!(found.offset_bytes % 4096, 0, "{found:?}");
+}

@@ -290,7 +290,8 @@ fn realign(part: &Partition) -> Option<Advice> {
             format!("blkalign realign {} {}", shell_word(part.disk), part.number),
             format!(
                 "partition {} starts {} bytes past a physical sector boundary, and so does \
-                 everything in it: moving it (its data kept) comes first (add --yes to move)",
+                 everything a whole number of physical sectors into it: moving it (its data \
+                 kept) comes first (add --yes to move)",
                 part.number, part.misalignment_bytes
             ),
         )
@@ -400,6 +401,20 @@ fn layer_fix(
             ),
         ),
         Details::Ext { .. } if verdict.aligned_physical => ext4_in_place(dev, io),
+        Details::Fat { .. } if inside.is_none() && !verdict.aligned_physical => {
+            let (command, why) = mkfs_vfat(dev, part.size_bytes, part.logical, io.physical);
+            let into = at.saturating_sub(part.start_bytes);
+            Advice::run(
+                "vfat",
+                command,
+                format!(
+                    "{said} its data area sits {into} bytes into the partition, off the physical \
+                     grid wherever the partition starts: only recreating it helps (copy the \
+                     files off first): {why}"
+                ),
+            )
+            .destroys()
+        }
         _ => Advice::note(layer.name, format!("{said} fix the layer below it, or {RECREATE}")),
     })
 }
@@ -562,23 +577,29 @@ const FAT32_MIN_CLUSTERS: u64 = 65525;
 /// the partition's start by default; FAT32 (what an ESP should be) when
 /// the partition holds enough such clusters.
 fn vfat(part: &Partition, io: &IoSizes) -> Advice {
-    let dev = part.node.shell();
-    let cluster = io.physical.clamp(FS_BLOCK, 32768).max(part.logical);
+    let (command, why) = mkfs_vfat(&part.node.shell(), part.size_bytes, part.logical, io.physical);
+    Advice::run("vfat", command, why)
+}
+
+/// The mkfs.vfat command for `dev` of `size_bytes` in `logical`-byte
+/// sectors on `physical`-byte physical sectors, and why: FAT32 only where
+/// the clusters are enough for it (the spec's minimum; `-F 32` below it
+/// makes a FAT32 that Windows and the firmware may refuse).
+pub fn mkfs_vfat(dev: &str, size_bytes: u64, logical: u64, physical: u64) -> (String, String) {
+    let cluster = physical.clamp(FS_BLOCK, 32768).max(logical);
     // Room for the FATs and reserved sectors besides the clusters.
-    let fat32 = part.size_bytes / cluster > FAT32_MIN_CLUSTERS + 1024;
+    let fat32 = size_bytes / cluster > FAT32_MIN_CLUSTERS + 1024;
     let (flag, which) = if fat32 {
         ("-F 32 ", "FAT32".to_string())
     } else {
         ("", format!("too small for FAT32 in {cluster}-byte clusters: mkfs.fat picks FAT16"))
     };
-    Advice::run(
-        "vfat",
-        format!("mkfs.vfat {flag}-s {} {dev}", cluster / part.logical),
-        format!(
-            "{which}; {cluster}-byte clusters, which mkfs.fat aligns to the partition's start, \
-             so none straddles a physical sector"
-        ),
-    )
+    let command = format!("mkfs.vfat {flag}-s {} {dev}", cluster.checked_div(logical).unwrap_or(1));
+    let why = format!(
+        "{which}; {cluster}-byte clusters, which mkfs.fat aligns to the partition's start, so \
+         none straddles a physical sector"
+    );
+    (command, why)
 }
 
 fn swap(dev: &str, io: &IoSizes) -> Advice {

@@ -145,7 +145,7 @@ mod tests {
     }
 
     /// cryptsetup's payload at 16 MiB + 512 on a partition at LBA 63: the
-    /// data is aligned where it is, and a move to 2048 would put it 3584
+    /// data is aligned where it is, and a move to 2048 would put it 512
     /// bytes off; its default 16 MiB payload moves into alignment instead.
     #[test]
     fn a_compensated_payload_is_kept_and_a_plain_one_is_fixed() {
@@ -153,9 +153,9 @@ mod tests {
         let kept = [luks(63 * 512, (16 << 20) + 512)];
         assert!(compensated(&kept, &g));
         let s = shifts(&kept, &g, 63, 2048);
-        assert_eq!((s[0].off_before, s[0].off_after), (0, 3584));
+        assert_eq!((s[0].off_before, s[0].off_after), (0, 512));
         let why = refusal(1, 2048, &s).expect("refused");
-        assert!(why.contains("aligned → 3584 bytes off"), "{why}");
+        assert!(why.contains("aligned → 512 bytes off"), "{why}");
         let plain = [luks(63 * 512, 16 << 20)];
         assert!(!compensated(&plain, &g));
         let s = shifts(&plain, &g, 63, 2048);

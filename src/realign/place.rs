@@ -130,8 +130,14 @@ pub fn place(
 /// What a move leaves misaligned inside the partition: a FAT data area
 /// sits a fixed distance from the partition's start, so when that distance
 /// is not a whole number of physical sectors no start aligns both the
-/// partition and the clusters. `layers` are the partition's, `dev` names it.
-pub fn fat_data_warning(layers: &[Layer], physical: u64, dev: &str) -> Option<String> {
+/// partition and the clusters. `layers` are the partition's, `dev` names
+/// it, `size_bytes` is its size.
+pub fn fat_data_warning(
+    layers: &[Layer],
+    physical: u64,
+    dev: &str,
+    size_bytes: u64,
+) -> Option<String> {
     let (bits, sector, cluster, data) = layers.iter().find_map(|l| match l.details {
         Details::Fat { bits, sector_bytes, cluster_bytes, data_start_bytes } if l.depth == 0 => {
             Some((bits, sector_bytes, cluster_bytes, data_start_bytes))
@@ -139,17 +145,14 @@ pub fn fat_data_warning(layers: &[Layer], physical: u64, dev: &str) -> Option<St
         _ => None,
     })?;
     let off = data.checked_rem(physical).filter(|&r| r != 0)?;
-    // advise's choice: a cluster of at least one physical sector.
-    let new_cluster = physical.clamp(4096, 32768).max(sector);
-    let flag = if bits == 32 { "-F 32 " } else { "" };
+    let (command, _) = crate::advise::mkfs_vfat(dev, size_bytes, sector, physical);
     Some(format!(
         "the FAT{bits} data area starts {data} bytes into the partition, {off} bytes past a \
          {physical}-byte boundary: after the move its {cluster}-byte clusters will still straddle \
          physical sectors (audit still calls that layer misaligned). Moving cannot fix it: a \
          start that aligned the clusters would misalign the partition. Back the files up, \
-         recreate the file system (`mkfs.vfat {flag}-s {} {dev}`: without -a, mkfs.fat aligns \
-         the data area to the cluster size) and restore",
-        new_cluster.checked_div(sector).unwrap_or(1)
+         recreate the file system (`{command}`: without -a, mkfs.fat aligns the data area to \
+         the cluster size) and restore"
     ))
 }
 
@@ -393,16 +396,20 @@ mod tests {
             },
             note: None,
         };
-        let said = fat_data_warning(&[fat(549_888, 0)], 4096, "/dev/sdb1").unwrap();
+        let gib = 1 << 30;
+        let said = fat_data_warning(&[fat(549_888, 0)], 4096, "/dev/sdb1", gib).unwrap();
         assert!(said.contains("549888 bytes into the partition, 1024 bytes past"), "{said}");
         assert!(said.contains("`mkfs.vfat -F 32 -s 8 /dev/sdb1`"), "{said}");
-        assert_eq!(fat_data_warning(&[fat(548_864, 0)], 4096, "x"), None);
+        // 100 MiB holds 25,600 clusters of 4 KiB: FAT32 needs 65,525.
+        let small = fat_data_warning(&[fat(549_888, 0)], 4096, "/dev/sdb1", 100 << 20).unwrap();
+        assert!(small.contains("`mkfs.vfat -s 8 /dev/sdb1`"), "{small}");
+        assert_eq!(fat_data_warning(&[fat(548_864, 0)], 4096, "x", gib), None);
         assert_eq!(
-            fat_data_warning(&[fat(549_888, 1)], 4096, "x"),
+            fat_data_warning(&[fat(549_888, 1)], 4096, "x", gib),
             None,
             "not the partition's own"
         );
-        assert_eq!(fat_data_warning(&[fat(549_888, 0)], 512, "x"), None);
+        assert_eq!(fat_data_warning(&[fat(549_888, 0)], 512, "x", gib), None);
     }
 
     #[test]

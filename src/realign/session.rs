@@ -816,7 +816,7 @@ impl Session {
         let (at, len) = (start.checked_mul(ss)?, sectors.checked_mul(ss)?);
         let layers = crate::stack::walk(&*self.reader, at, len);
         let dev = crate::advise::Node::of(&self.target, n).shell();
-        place::fat_data_warning(&layers, self.geometry.physical, &dev)
+        place::fat_data_warning(&layers, self.geometry.physical, &dev, len)
     }
 
     fn refusal(&self, layout: &Layout, err: PlaceError) -> Planned {
