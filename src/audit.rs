@@ -354,8 +354,9 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
             kernel_partitions(root, target, logical)
         }
     };
-    if file.is_ok() && target.kind == TargetKind::Disk {
+    if let (Ok(file), TargetKind::Disk) = (&file, target.kind) {
         check_kernel_view(&mut audit, &found, root, target, &topology);
+        check_sector_size(&mut audit, file, target, &topology);
     }
     if let Ok(file) = &file {
         check_unfinished_move(&mut audit, root, target, &topology, file);
@@ -453,6 +454,26 @@ fn check_unfinished_move(
     );
     // A problem found (exit 1), said once: the audit itself completed.
     audit.problems.push(Problem::new("realign_unfinished", message));
+}
+
+/// A table written for the other logical sector size puts every partition
+/// somewhere else for the kernel (and for the verdicts above): say so, and
+/// what rewrites it for this device.
+fn check_sector_size(audit: &mut DiskAudit, file: &File, target: &Target, topology: &Topology) {
+    let logical = topology.logical_sector_size.value;
+    let Some(other) = table::written_for(file, topology.size_bytes, logical) else { return };
+    let path = target.path.display();
+    audit.problems.push(Problem::new(
+        "table_sector_size",
+        format!(
+            "the partition table was written for {other}-byte sectors, but {path} presents \
+             {logical}-byte ones (a disk moved into or out of a USB enclosure that changes \
+             the sector size, or attached with another one): the kernel and these verdicts read its \
+             partitions at the wrong places. Attached like this for good, `blkalign rescale \
+             {path} --from {other}` rewrites the table for it (a dry run; each partition keeps \
+             its bytes); else attach the disk where it presents {other}-byte sectors"
+        ),
+    ));
 }
 
 /// The kernel's partitions, for a disk whose medium cannot be read.

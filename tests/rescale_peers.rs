@@ -283,3 +283,55 @@ fn a_4096_gpt_on_a_512_loop_device_is_rescaled_in_place() {
     drop(dev);
     assert_eq!(sha256(image.str()), sha);
 }
+
+/// Found on a real kernel: a 512-byte table on a device presenting 4096
+/// (`losetup -b 4096`, or a disk put behind a bridge) read as if written
+/// for it, with verdicts and no word of `rescale`; and `rescale --from 4096
+/// --to 512` on a 4096-byte device wrote a table the device could no longer
+/// read, without a warning. Now audit names the mismatch and the rescale
+/// that fixes it, and such a rescale needs --for-another-attachment.
+#[test]
+fn a_table_for_the_other_sector_size_is_named_and_not_written_blindly() {
+    if !needs(true, &["losetup", "sfdisk", "sgdisk", "sha256sum"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 * MIB, "label: dos\nstart=2048, size=40960\nstart=43008\n");
+    let dev = Loop::attach(&image.path, 4096);
+    let (code, doc) = common::audit_json(&[dev.str()]);
+    assert_eq!(code, 1, "{doc}");
+    let problems = doc["problems"].to_string();
+    assert!(problems.contains("table_sector_size"), "{problems}");
+    let human = blkalign().args(["audit", dev.str()]).output().expect("audit");
+    let hint = format!("`blkalign rescale {} --from 512`", dev.str());
+    assert!(String::from_utf8_lossy(&human.stdout).contains(&hint), "{human:?}");
+    drop(dev);
+
+    let gpt = Image::new(64 * MIB);
+    let dev = Loop::attach(&gpt.path, 4096);
+    run("sgdisk", &["-n1:256:+4M", dev.str()]);
+    let (code, doc) = common::audit_json(&[dev.str()]);
+    assert!(!doc.to_string().contains("table_sector_size"), "{code} {doc}");
+    let sha = sha256(gpt.str());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backup = dir.path().join("backup.bin");
+    let backup = backup.to_str().expect("utf-8");
+    let rescale = |extra: &[&str]| {
+        let args = ["rescale", dev.str(), "--from", "4096", "--to", "512", "--backup", backup];
+        blkalign().args(args).args(extra).output().expect("rescale")
+    };
+    let dry = rescale(&[]);
+    let said = String::from_utf8_lossy(&dry.stderr);
+    assert!(
+        said.contains("vanish on this device") && said.contains("--for-another-attachment"),
+        "{said}"
+    );
+    let refused = rescale(&["--yes"]);
+    assert_eq!(refused.status.code(), Some(2), "{refused:?}");
+    assert_eq!(sha256(gpt.str()), sha, "a refusal wrote nothing");
+    ok(&rescale(&["--yes", "--for-another-attachment"]));
+    let (_, doc) = common::audit_json(&[dev.str()]);
+    assert!(doc.to_string().contains("table_sector_size"), "{doc}");
+    drop(dev);
+    let at512 = Loop::attach(&gpt.path, 512);
+    assert_eq!(sfdisk_bytes(at512.str(), 512), [(1, MIB, 4 * MIB)]);
+}

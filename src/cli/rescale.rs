@@ -44,6 +44,12 @@ pub struct Args {
     #[arg(long)]
     yes: bool,
 
+    /// Write a table for a sector size this disk does not present: its
+    /// partitions vanish here until it is attached where it presents
+    /// --to (a USB enclosure, another bridge). Refused without it.
+    #[arg(long)]
+    for_another_attachment: bool,
+
     /// Print the plan as JSON.
     #[arg(long)]
     json: bool,
@@ -77,6 +83,20 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     for note in &plan.notes {
         eprintln!("warning: {path}: {}", note.message);
     }
+    let presents = topology.logical_sector_size.value;
+    let elsewhere = target.kind == TargetKind::Disk && to != presents;
+    if elsewhere {
+        eprintln!(
+            "warning: {path} presents {presents}-byte sectors: a table for {to}-byte ones makes \
+             every partition vanish on this device (the kernel reads it at the wrong places) \
+             until the disk is attached where it presents {to}-byte sectors; {}",
+            if args.for_another_attachment {
+                "--for-another-attachment given"
+            } else {
+                "--yes refuses without --for-another-attachment"
+            }
+        );
+    }
     if !args.yes {
         exclusive::check_unused(&root, &target)?;
         if !blocking.is_empty() {
@@ -88,6 +108,13 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     }
     if let Some(note) = blocking.first() {
         bail!("{path}: refusing to rescale: {}", note.message);
+    }
+    if elsewhere && !args.for_another_attachment {
+        bail!(
+            "{path}: refusing to write a table for {to}-byte sectors on a device presenting \
+             {presents}: add --for-another-attachment if the disk will be attached where it \
+             presents {to}"
+        );
     }
     exclusive::check_unused(&root, &target)?;
     let file = exclusive::open_for_writing(&target)?;

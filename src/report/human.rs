@@ -257,7 +257,8 @@ fn hint(a: &DiskAudit) -> Option<String> {
              {image} {raw}`, then `blkalign advise {raw}`"
         ));
     }
-    if let Some(fix) = table_fix(a).filter(|_| misaligned) {
+    let resized = a.problems.iter().any(|p| p.code == "table_sector_size");
+    if let Some(fix) = table_fix(a).filter(|_| misaligned || resized) {
         return Some(fix);
     }
     if misaligned {
@@ -286,7 +287,11 @@ fn table_fix(a: &DiskAudit) -> Option<String> {
     }
     let path = crate::advise::shell_word(&a.path);
     let gpt_copy = |c: &&str| c.starts_with("gpt_") && *c != "gpt_entry_inverted";
-    let fix = if table.iter().all(gpt_copy) {
+    let logical = a.geometry.as_ref().map_or(512, |g| g.logical);
+    let fix = if table.contains(&"table_sector_size") {
+        let other = if logical == 512 { 4096 } else { 512 };
+        format!("`blkalign rescale {path} --from {other}` rewrites it for this device's sectors")
+    } else if table.iter().all(gpt_copy) {
         format!("`sgdisk -e {path}` rewrites both GPT copies from the valid one")
     } else {
         format!(

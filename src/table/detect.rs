@@ -160,6 +160,39 @@ pub fn detect_sector_size(dev: &dyn ReadAt, size_bytes: u64) -> SectorGuess {
     SectorGuess::Unknown
 }
 
+/// For a block device presenting `logical`-byte sectors: the other size
+/// (512 or 4096) when the table was plainly written for it (a disk taken
+/// out of the USB bridge that presented 4096-byte sectors, or an image
+/// attached with `losetup -b`): its GPT header sits only where that size
+/// puts it, or its MBR fits (or holds recognisable contents) only read in
+/// that size. The kernel reads such a table at the wrong places.
+pub fn written_for(dev: &dyn ReadAt, size_bytes: u64, logical: u64) -> Option<u64> {
+    let other = match logical {
+        512 => 4096,
+        4096 => 512,
+        _ => return None,
+    };
+    let gpt_at = |offset: u64| {
+        let mut sig = [0u8; 8];
+        offset + 8 <= size_bytes
+            && dev.read_exact_at(&mut sig, offset).is_ok()
+            && &sig == gpt::SIGNATURE
+    };
+    if gpt_at(logical) {
+        return None;
+    }
+    if gpt_at(other) {
+        return Some(other);
+    }
+    let mbr = |ss| read(dev, ss, size_bytes).ok().filter(|l| l.label == Label::Mbr);
+    let (Some(ours), Some(theirs)) = (mbr(logical), mbr(other)) else { return None };
+    if implausible(&theirs) || theirs.partitions.is_empty() {
+        return None;
+    }
+    let found = (recognised(dev, &ours), recognised(dev, &theirs));
+    (implausible(&ours) || (found.0 == 0 && found.1 > 0)).then_some(other)
+}
+
 /// Problems that a wrong sector size produces in an MBR reading.
 fn implausible(layout: &Layout) -> bool {
     layout.problems.iter().any(|p| {

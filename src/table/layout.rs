@@ -119,7 +119,8 @@ impl Severity {
             | "atari_xgm_broken"
             | "atari_xgm_loop"
             | "atari_too_many"
-            | "realign_unfinished" => Severity::Error,
+            | "realign_unfinished"
+            | "table_sector_size" => Severity::Error,
             "hybrid_iso" | "iso_nested" | "too_small" | "libblkid_differs" => Severity::Info,
             _ => Severity::Warning,
         }

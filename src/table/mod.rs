@@ -27,5 +27,5 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use detect::{detect_sector_size, read, TableError};
+pub use detect::{detect_sector_size, read, written_for, TableError};
 pub use layout::{GptInfo, Label, Layout, MbrInfo, PartKind, Partition, Problem, Severity};
