@@ -69,6 +69,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         align: Align::Optimal,
         force: false,
         misalign_layers: false,
+        read_check: true,
         journal: None,
     };
     for planned in session.plan(&opts, &wanted)? {

@@ -408,3 +408,75 @@ fn summary(layers: &Value) -> String {
     let each = layers.iter().map(|l| format!("{} at {}", l["name"], l["absolute_offset_bytes"]));
     each.collect::<Vec<_>>().join(", ")
 }
+
+/// Issue 27's first find, on the real kernel: cryptsetup and pvcreate make
+/// up for partitions at LBA 63 and 83969 (the kernel's partition
+/// alignment_offset tells them how), so their mappings are aligned; a move
+/// of those partitions misaligned them. `audit` calls them compensated,
+/// `realign` refuses to move them (the disk unchanged) and, unasked, moves
+/// only the partition whose LUKS2 payload was off with it; afterwards the
+/// kernel reports every mapping aligned, the moved file system is clean and
+/// its file intact (tests/lab/keep.sh).
+#[test]
+fn a_move_never_misaligns_what_the_kernel_aligned() {
+    if !lab::ready() || !common::needs(true, &["cryptsetup", "pvcreate", "sgdisk", "mkfs.ext4"]) {
+        return;
+    }
+    let dir = lab::Dir::new();
+    let image = dir.image("k1.img", 160 << 20);
+    let disks = [format!("scsi:512:4096:{}:k1", image.display())];
+    lab::run(&dir, &disks, "keep.sh", &[dir.rw().display().to_string(), "k1".into()]);
+    let rw = dir.rw();
+    let text = |name: &str| std::fs::read_to_string(rw.join(name)).unwrap_or_default();
+    let json = |name: &str| -> Value {
+        serde_json::from_str(&text(name)).unwrap_or_else(|e| {
+            panic!(
+                "{name}: {e}\nbuild.err:\n{}\naudit.err:\n{}",
+                text("build.err"),
+                text("audit.err")
+            )
+        })
+    };
+    let before = json("before.json");
+    // What cryptsetup and LVM made of the kernel's alignment_offset.
+    assert_eq!(before["luks_dump"]["0"]["offset"], ((16u64 << 20) + 512).to_string(), "{before}");
+    assert_eq!(text("pe_start.txt").trim(), ((1u64 << 20) + 3584).to_string());
+    assert_eq!(before["offsets"]["kept"], 0, "{before}");
+    assert_eq!(before["offsets"]["keepvg-lv"], 0, "{before}");
+    assert_ne!(before["offsets"]["off"], 0, "the forced payload is off: {before}");
+
+    let audit = json("audit.json");
+    let verdict = |n: usize| audit["targets"][0]["partitions"][n]["verdict"].clone();
+    assert_eq!(
+        [verdict(0), verdict(1), verdict(2)],
+        ["compensated", "compensated", "misaligned"],
+        "{audit}"
+    );
+    for n in [1, 2] {
+        let refused = json(&format!("refuse-{n}.json"));
+        let said = text(&format!("refuse-{n}.err"));
+        assert_eq!(
+            (refused["exit"].as_i64(), refused["unchanged"].as_bool()),
+            (Some(2), Some(true)),
+            "{said}"
+        );
+        assert!(said.contains("would misalign what is aligned today"), "{said}");
+    }
+    let after = json("after.json");
+    assert_eq!(after["exit"], 0, "{}{}", text("moved.out"), text("moved.err"));
+    let starts: Vec<u64> =
+        after["starts"].as_array().expect("starts").iter().filter_map(Value::as_u64).collect();
+    assert_eq!(&starts[..2], [63, 83969], "the compensated partitions stayed: {after}");
+    assert_eq!(starts[2] % 8, 0, "the off one moved to an aligned start: {after}");
+    for mapping in ["kept", "keepvg-lv", "off"] {
+        assert_eq!(after["offsets"][mapping], 0, "{mapping}: {after}");
+    }
+    assert_eq!(
+        (after["fsck"].as_i64(), after["file_intact"].as_bool()),
+        (Some(0), Some(true)),
+        "{after}"
+    );
+    let clean = json("audit-after.json");
+    let verdicts = clean["targets"][0]["partitions"].to_string();
+    assert!(!verdicts.contains("\"misaligned\""), "{clean}");
+}

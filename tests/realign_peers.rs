@@ -592,3 +592,108 @@ fn every_realign_json_document_is_one_document_under_its_schema() {
     common::check_schema("realign", &String::from_utf8_lossy(&status.stdout));
     assert_eq!(common::json_of(&status.stdout)["phase"], "done");
 }
+
+/// A FUSE mount of an nbdkit export, unmounted on drop.
+struct Fuse(tempfile::TempDir);
+
+impl Fuse {
+    /// `nbdkit ARGS` served as the file `file()` by nbdfuse.
+    fn nbdkit(args: &[&str]) -> Fuse {
+        let dir = tempfile::tempdir().expect("mount point");
+        let mountpoint = dir.path().to_str().expect("utf-8");
+        std::process::Command::new("nbdfuse")
+            .args([mountpoint, "--command", "nbdkit", "-s"])
+            .args(args)
+            .spawn()
+            .expect("nbdfuse");
+        let fuse = Fuse(dir);
+        for _ in 0..100 {
+            if fuse.file().exists() {
+                return fuse;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("nbdfuse did not come up");
+    }
+
+    fn file(&self) -> std::path::PathBuf {
+        self.0.path().join("nbd")
+    }
+}
+
+impl Drop for Fuse {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("fusermount3").arg("-u").arg(self.0.path()).output();
+    }
+}
+
+/// The first number after `prefix` in debugfs's answer to `request`.
+fn debugfs(fs: &Path, request: &str, prefix: &str) -> u64 {
+    let out = run("debugfs", &["-R", request, fs.to_str().expect("utf-8")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let at = text.find(prefix).unwrap_or_else(|| panic!("{request}: no {prefix:?} in {text}"));
+    let digits: String =
+        text[at + prefix.len()..].trim_start().chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("{request}: {text}"))
+}
+
+/// Issue 28: a worn disk's unreadable sectors (nbdkit's ddrescue filter
+/// fails reads of what its map calls bad, as a drive does its pending
+/// sectors) are found by the read check before anything is written: the
+/// move is refused naming each range and, as debugfs says, the file and the
+/// free space they hit; the disk is unchanged and no move is left to finish.
+#[test]
+fn unreadable_sectors_refuse_a_move_before_anything_is_written() {
+    const MIB: u64 = 1 << 20;
+    if !needs(true, &["nbdkit", "nbdfuse", "fusermount3", "sfdisk", "mkfs.ext4", "debugfs"]) {
+        return;
+    }
+    let files = tempfile::tempdir().expect("files");
+    let data: Vec<u8> =
+        (0..2_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    std::fs::write(files.path().join("hello.bin"), &data).expect("file");
+    let fs = Image::new(100_000 * 512);
+    run("mkfs.ext4", &["-q", "-F", "-b", "4096", "-d", files.path().to_str().unwrap(), fs.str()]);
+    let in_file = debugfs(&fs.path, "bmap /hello.bin 10", "");
+    let free = debugfs(&fs.path, "ffb 1 10000", "Free blocks found:");
+    let image = Image::sfdisk(64 * MIB, "label: dos\nstart=63, size=100000\n");
+    let bytes = std::fs::read(&fs.path).expect("fs");
+    File::options().write(true).open(&image.path).unwrap().write_all_at(&bytes, 63 * 512).unwrap();
+    let (a, b) = (63 + in_file * 8, 63 + free * 8 + 3);
+    let map = image.path.with_extension("map");
+    let bad = |lba: u64, n: u64| format!("{:#x} {:#x} -\n", lba * 512, n * 512);
+    let good = |from: u64, to: u64| format!("{:#x} {:#x} +\n", from * 512, (to - from) * 512);
+    let mapfile = format!(
+        "# Mapfile\n0x0 +\n{}{}{}{}{}",
+        good(0, a),
+        bad(a, 1),
+        good(a + 1, b),
+        bad(b, 2),
+        good(b + 2, 64 * MIB / 512)
+    );
+    std::fs::write(&map, mapfile).expect("map");
+    let before = sha(&image.path, 0, 64 * MIB / 512, 512);
+    let fuse = Fuse::nbdkit(&[
+        "--filter=ddrescue",
+        "file",
+        image.str(),
+        &format!("ddrescue-mapfile={}", map.display()),
+    ]);
+    let disk = fuse.file();
+    let state = State::new();
+    let journal = state.0.path().join("p1.journal");
+    let (disk, journal) = (disk.to_str().unwrap(), journal.to_str().unwrap());
+    let plan = state.realign(&[disk, "--journal", journal]);
+    assert!(text(&plan).contains("is read once"), "{}", text(&plan));
+    let out = state.realign(&[disk, "--journal", journal, "--yes"]);
+    let said = text(&out);
+    assert_eq!(code(&out), 2, "{said}");
+    let named = format!("LBA {a}, {b}-{} (3 sectors) cannot be read", b + 1);
+    assert!(said.contains(&named), "{named}: {said}");
+    assert!(said.contains("/hello.bin") && said.contains("free space"), "{said}");
+    assert!(said.contains("nothing is left to finish"), "{said}");
+    drop(fuse);
+    assert_eq!(sha(&image.path, 0, 64 * MIB / 512, 512), before, "nothing written");
+    assert!(!Path::new(journal).exists(), "no journal");
+    assert_eq!(state.audit(image.str()), 1, "misaligned still, and no unfinished move");
+}

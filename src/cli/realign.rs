@@ -65,6 +65,11 @@ pub struct Args {
     #[arg(long)]
     misalign_layers: bool,
 
+    /// Skip reading every sector of the partition before the move writes
+    /// any. Without that pass an unreadable sector stops the move half-way.
+    #[arg(long)]
+    no_read_check: bool,
+
     /// Print the plan or the result as JSON.
     #[arg(long)]
     json: bool,
@@ -161,6 +166,7 @@ fn options(args: &Args) -> anyhow::Result<Options> {
         align: args.align.parse::<Align>()?,
         force: args.force,
         misalign_layers: args.misalign_layers,
+        read_check: !args.no_read_check,
         journal: args.journal.clone(),
     })
 }

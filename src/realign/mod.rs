@@ -18,6 +18,7 @@ pub mod journal;
 pub mod layers;
 pub mod place;
 pub mod prepare;
+pub mod scan;
 pub mod session;
 pub mod state;
 

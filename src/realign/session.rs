@@ -12,6 +12,7 @@ use super::journal::{Journal, JournalError, Phase};
 use super::layers::{self, LayerShift};
 use super::place::{self, PlaceError, Placement, Request};
 use super::prepare::{prepare, PrepareError, Prepared};
+use super::scan::{self, Scan};
 use super::state::{self, Store};
 use super::{guard, Direction, Identity, Move};
 use crate::align::{Class, Geometry};
@@ -55,6 +56,16 @@ pub enum SessionError {
          the same command to finish it", journal.display()
     )]
     Move { source: MoveError, journal: PathBuf },
+    /// The read check found sectors the move could not read: nothing was
+    /// written and no move is left unfinished.
+    #[error(
+        "partition {partition}: {} cannot be read{}: the move was refused before anything was \
+         written, and nothing is left to finish. Copy off what can be read first (GNU ddrescue \
+         reads around bad sectors); --no-read-check moves it anyway, stopping half-way at the \
+         first of them",
+        scan::describe(bad), holders.as_ref().map(|h| format!(" ({h})")).unwrap_or_default()
+    )]
+    Unreadable { partition: u32, bad: Vec<Range<u64>>, holders: Option<String> },
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SessionError {
@@ -74,6 +85,8 @@ pub trait Host {
     fn writer(&self) -> Result<Box<dyn Writer>, SessionError>;
     /// Bytes per second reading the target at `offset`: the estimate's basis.
     fn read_rate(&self, offset: u64, bytes: u64) -> Option<f64>;
+    /// The target for reading what is on it, not in a cache (O_DIRECT).
+    fn direct_reader(&self) -> Result<Box<dyn ReadAt>, SessionError>;
 }
 
 /// The target as the copy writes it, and the kernel's view of it.
@@ -291,6 +304,8 @@ pub struct Options {
     pub force: bool,
     /// Move even when a layer inside that is aligned today would not be.
     pub misalign_layers: bool,
+    /// Read every sector the move will read before writing any.
+    pub read_check: bool,
     /// The journal to use instead of the default place.
     pub journal: Option<PathBuf>,
 }
@@ -562,6 +577,13 @@ impl Session {
                 &placement,
                 self.identity.clone(),
             )?;
+            if opts.read_check && self.read_check(&prepared.record, events)? == Scan::Stopped {
+                return Ok(Outcome::Stopped(format!(
+                    "interrupted: partition {n} of {} was not touched; rerun the same command \
+                     to move it",
+                    self.target.path.display()
+                )));
+            }
             let journal = self.create_journal(opts, &prepared)?;
             for note in placement.note.iter().chain(&prepared.notes) {
                 events.note(&format!("note: {note}"));
@@ -571,6 +593,54 @@ impl Session {
             }
         }
         Ok(Outcome::Finished)
+    }
+
+    /// Read every sector `m` will read, before any journal exists: an
+    /// unreadable one refuses the move with nothing written.
+    fn read_check(&self, m: &Move, events: &mut dyn Events) -> Result<Scan, SessionError> {
+        let reader = self.host.direct_reader()?;
+        events.note(&format!(
+            "reading every sector of partition {} ({}) before writing any",
+            m.partition,
+            human_size(m.bytes())
+        ));
+        events.started(m.bytes());
+        let found = {
+            let shared = RefCell::new(&mut *events);
+            let stop = || shared.borrow().stop_requested();
+            let mut progress = |n| shared.borrow_mut().progress(n);
+            scan::scan(&*reader, m.old_start, m.sectors, m.sector_size, &mut progress, &stop)
+        };
+        events.stopped();
+        let found = found.map_err(io_error(format!("reading partition {}", m.partition)))?;
+        match found {
+            Scan::Done(bad) if !bad.is_empty() => {
+                let holders = self.holders(m, &bad);
+                Err(SessionError::Unreadable { partition: m.partition, holders, bad })
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// What the unreadable `bad` sectors of `m`'s partition hold: files by
+    /// name in an ext2/3/4 (debugfs), else the bytes of the partition.
+    fn holders(&self, m: &Move, bad: &[Range<u64>]) -> Option<String> {
+        let ss = m.sector_size;
+        let at = m.old_start.checked_mul(ss)?;
+        let layers = crate::stack::walk(&*self.reader, at, m.bytes());
+        let ext = layers.iter().find_map(|l| match l.details {
+            crate::stack::Details::Ext { block_bytes, .. } if l.depth == 0 => Some(block_bytes),
+            _ => None,
+        });
+        if self.image.is_none() {
+            let path = &self.target.path;
+            if let Some(said) = ext.and_then(|b| scan::ext_holders(path, at, ss, b, bad)) {
+                return Some(said);
+            }
+        }
+        let first = bad.first()?;
+        let byte = first.start.checked_sub(m.old_start)?.checked_mul(ss)?;
+        Some(format!("the first at byte {byte} of partition {}", m.partition))
     }
 
     /// The state record first, then the journal: a record pointing at a
@@ -775,7 +845,7 @@ impl Session {
         let m = &prepared.record;
         let journaled = m.shift_bytes() < m.chunk_bytes && m.chunks() > 0;
         let rate = self.host.read_rate(m.old_start * m.sector_size, m.bytes());
-        let passes = if journaled { 4.0 } else { 3.0 };
+        let passes = if journaled { 4.0 } else { 3.0 } + f64::from(u8::from(opts.read_check));
         let mut notes: Vec<String> = placement.note.iter().cloned().collect();
         if let (Some(to), Some(from)) = (placement.ebr, placement.partition.ebr) {
             notes.push(format!(
@@ -786,6 +856,15 @@ impl Session {
         notes.extend(prepared.notes.iter().cloned());
         notes.extend(self.image.as_ref().map(|(format, _)| growth(format, m)));
         notes.extend(self.fat_warning(m.partition, m.old_start, m.sectors));
+        if opts.read_check {
+            let cost = rate.map(|r| format!(", about {:.1} s here", m.bytes() as f64 / r));
+            notes.push(format!(
+                "before writing, every sector it will read is read once ({}{}): an unreadable \
+                 one refuses the move with nothing written (--no-read-check skips this)",
+                human_size(m.bytes()),
+                cost.unwrap_or_default()
+            ));
+        }
         let shifts = self.layer_shifts(placement);
         let changed = shifts.iter().filter(|s| s.off_before != s.off_after);
         notes.extend(changed.map(LayerShift::describe));
@@ -927,6 +1006,15 @@ impl Host for Device {
             Err(e) => return Err(SessionError::Refused(e.to_string())),
         };
         Ok(Box::new(DeviceWriter { file, reads: None, root, target }))
+    }
+
+    /// O_DIRECT, or buffered where the file system refuses it (tmpfs).
+    fn direct_reader(&self) -> Result<Box<dyn ReadAt>, SessionError> {
+        let path = &self.target.path;
+        let file = crate::bench::open_direct(path, crate::bench::Mode::Read, false)
+            .or_else(|_| File::open(path))
+            .map_err(io_error(format!("opening {}", path.display())))?;
+        Ok(Box::new(file))
     }
 
     fn read_rate(&self, offset: u64, bytes: u64) -> Option<f64> {
@@ -1117,10 +1205,16 @@ mod tests {
         writes_left: Arc<Mutex<Option<u32>>>,
         kernel_refuses: Arc<AtomicBool>,
         told: Arc<Mutex<Vec<u32>>>,
+        /// Sectors whose reads fail with EIO.
+        unreadable: Arc<Mutex<Vec<u64>>>,
     }
 
     impl ReadAt for Mem {
         fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            let lbas = offset / SS as u64..(offset + buf.len() as u64).div_ceil(SS as u64);
+            if self.unreadable.lock().unwrap().iter().any(|b| lbas.contains(b)) {
+                return Err(std::io::Error::from_raw_os_error(5));
+            }
             self.bytes.lock().unwrap().read_exact_at(buf, offset)
         }
     }
@@ -1171,6 +1265,10 @@ mod tests {
 
         fn read_rate(&self, _: u64, _: u64) -> Option<f64> {
             None
+        }
+
+        fn direct_reader(&self) -> Result<Box<dyn ReadAt>, SessionError> {
+            Ok(Box::new(self.clone()))
         }
     }
 
@@ -1225,6 +1323,7 @@ mod tests {
             writes_left: Arc::default(),
             kernel_refuses: Arc::default(),
             told: Arc::default(),
+            unreadable: Arc::default(),
         };
         let session = Session::with(
             target,
@@ -1244,6 +1343,7 @@ mod tests {
             align: Align::Optimal,
             force: false,
             misalign_layers: false,
+            read_check: true,
             journal: None,
         }
     }
@@ -1276,6 +1376,29 @@ mod tests {
         assert!(lab.session.unfinished(None).unwrap().is_none());
         assert!(lab.session.store.unfinished().is_empty(), "the record is gone");
         assert!(lab.session.wanted(&[]).unwrap().is_empty(), "nothing left to move");
+    }
+
+    /// An unreadable sector found by the read check refuses the move with
+    /// nothing written and nothing left to finish; without the check the
+    /// same disk stops the move half-way, leaving a journal.
+    #[test]
+    fn the_read_check_refuses_a_move_over_unreadable_sectors() {
+        let lab = lab();
+        *lab.mem.unreadable.lock().unwrap() = vec![OLD + 100, OLD + 101, OLD + 3000];
+        let err = lab.session.move_all(&opts(), &[1], &mut Log::default()).unwrap_err();
+        let SessionError::Unreadable { partition, bad, .. } = &err else { panic!("{err}") };
+        assert_eq!(
+            (*partition, bad.clone()),
+            (1, vec![OLD + 100..OLD + 102, OLD + 3000..OLD + 3001])
+        );
+        assert!(err.to_string().contains("LBA 163-164, 3063 (3 sectors) cannot be read"), "{err}");
+        assert_eq!(*lab.mem.bytes.lock().unwrap(), image(), "nothing written");
+        assert!(lab.session.unfinished(None).unwrap().is_none(), "no move to finish");
+        assert!(lab.session.store.unfinished().is_empty());
+        let unchecked = Options { read_check: false, ..opts() };
+        let err = lab.session.move_all(&unchecked, &[1], &mut Log::default()).unwrap_err();
+        assert!(matches!(err, SessionError::Move { .. }), "{err}");
+        assert!(lab.session.unfinished(None).unwrap().is_some(), "stopped half-way");
     }
 
     /// A failing write stops the move with its journal and record intact;

@@ -1,0 +1,248 @@
+//! The read check: before a move writes anything, every sector it will
+//! read is read once. A sector that stays unreadable would otherwise stop
+//! the move half-way, at the same place on every rerun (util-linux issue
+//! 984: sfdisk's `--move-data` on a worn disk); found first, it refuses the
+//! move with nothing written and nothing left to finish.
+
+use crate::io::{AlignedBuf, ReadAt};
+use std::io;
+use std::ops::Range;
+
+/// Bytes read at once: large enough to run at the disk's sequential speed
+/// (as `dd bs=4M iflag=direct`), a multiple of every sector size.
+const CHUNK: u64 = 4 << 20;
+
+/// How the scan ended.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scan {
+    /// Every sector read; the unreadable ones as merged LBA ranges.
+    Done(Vec<Range<u64>>),
+    /// Asked to stop before the end.
+    Stopped,
+}
+
+/// Read the `sectors` logical sectors of `ss` bytes from LBA `start` of
+/// `dev` (opened O_DIRECT where it can be), `progress` told of each byte
+/// read. A chunk that fails with a medium error is split until each
+/// unreadable sector is found; any other error (the device gone) ends the
+/// scan with it.
+pub fn scan(
+    dev: &dyn ReadAt,
+    start: u64,
+    sectors: u64,
+    ss: u64,
+    progress: &mut dyn FnMut(u64),
+    stop: &dyn Fn() -> bool,
+) -> io::Result<Scan> {
+    let per_chunk = (CHUNK / ss.max(1)).max(1);
+    let end = start
+        .checked_add(sectors)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "LBA range overflows"))?;
+    let mut buf = AlignedBuf::new(usize::try_from(per_chunk * ss).unwrap_or(CHUNK as usize), 0);
+    let mut bad = Vec::new();
+    let mut lba = start;
+    while lba < end {
+        if stop() {
+            return Ok(Scan::Stopped);
+        }
+        let n = per_chunk.min(end - lba);
+        find_bad(dev, lba..lba + n, ss, &mut buf, &mut bad)?;
+        progress(n * ss);
+        lba += n;
+    }
+    Ok(Scan::Done(merge(bad)))
+}
+
+/// Push onto `bad` the unreadable sectors of `lbas`: halving on a medium
+/// error costs a few reads per bad sector, not one read per sector.
+fn find_bad(
+    dev: &dyn ReadAt,
+    lbas: Range<u64>,
+    ss: u64,
+    buf: &mut AlignedBuf,
+    bad: &mut Vec<Range<u64>>,
+) -> io::Result<()> {
+    let len = usize::try_from((lbas.end - lbas.start) * ss).unwrap_or(usize::MAX);
+    let Some(slice) = buf.bytes_mut().get_mut(..len) else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "chunk larger than its buffer"));
+    };
+    match dev.read_exact_at(slice, lbas.start * ss) {
+        Ok(()) => Ok(()),
+        Err(e) if !unreadable(&e) => Err(e),
+        Err(_) if lbas.end - lbas.start == 1 => {
+            bad.push(lbas);
+            Ok(())
+        }
+        Err(_) => {
+            let mid = lbas.start + (lbas.end - lbas.start) / 2;
+            find_bad(dev, lbas.start..mid, ss, buf, bad)?;
+            find_bad(dev, mid..lbas.end, ss, buf, bad)
+        }
+    }
+}
+
+/// A medium error: the kernel's EIO (SCSI MEDIUM ERROR, ATA UNC, dm-error)
+/// and ENODATA (a critical medium error on some paths). A short read past
+/// the end is no such thing.
+fn unreadable(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(5 | 61))
+}
+
+/// Adjacent ranges joined.
+fn merge(ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    let mut out: Vec<Range<u64>> = Vec::new();
+    for r in ranges {
+        match out.last_mut() {
+            Some(last) if last.end == r.start => last.end = r.end,
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// "LBA 100-103, 200 (5 sectors)", at most the first eight ranges.
+pub fn describe(ranges: &[Range<u64>]) -> String {
+    let count: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+    let mut shown: Vec<String> = ranges
+        .iter()
+        .take(8)
+        .map(|r| match r.end - r.start {
+            1 => r.start.to_string(),
+            _ => format!("{}-{}", r.start, r.end - 1),
+        })
+        .collect();
+    if ranges.len() > 8 {
+        shown.push(format!("and {} more ranges", ranges.len() - 8));
+    }
+    let plural = if count == 1 { "" } else { "s" };
+    format!("LBA {} ({count} sector{plural})", shown.join(", "))
+}
+
+/// What the unreadable `bad` LBAs hold in an ext2/3/4 whose first byte is
+/// byte `offset` of `disk` and whose blocks are `block` bytes, as debugfs
+/// says (`icheck`, `ncheck`, `testb`): files by path, the journal and other
+/// metadata, free space. None when debugfs cannot say (not installed, or
+/// the file system's own metadata unreadable).
+pub fn ext_holders(
+    disk: &std::path::Path,
+    offset: u64,
+    ss: u64,
+    block: u64,
+    bad: &[Range<u64>],
+) -> Option<String> {
+    let at = |lba: u64| lba.checked_mul(ss)?.checked_sub(offset).map(|b| b / block.max(1));
+    let mut blocks: Vec<u64> = bad
+        .iter()
+        .flat_map(|r| at(r.start).zip(at(r.end.saturating_sub(1))).map(|(a, b)| a..=b))
+        .flatten()
+        .take(64)
+        .collect();
+    blocks.dedup();
+    let device = format!("{}?offset={offset}", disk.display());
+    let debugfs = |request: String| -> Option<String> {
+        let out = std::process::Command::new("debugfs").args(["-R", &request, &device]).output();
+        out.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).into())
+    };
+    let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ");
+    let icheck = debugfs(format!("icheck {}", list(&blocks)))?;
+    let mut inodes: Vec<u64> = Vec::new();
+    let mut unowned = Vec::new();
+    for line in icheck.lines().skip(1) {
+        let mut words = line.split_whitespace();
+        let (Some(b), Some(i)) = (words.next(), words.next()) else { continue };
+        match i.parse::<u64>() {
+            Ok(i) => inodes.push(i),
+            Err(_) => unowned.extend(b.parse::<u64>()),
+        }
+    }
+    inodes.sort_unstable();
+    inodes.dedup();
+    let mut said: Vec<String> = Vec::new();
+    // Inodes below 11 are the file system's own: the journal is 8.
+    let (special, files): (Vec<u64>, Vec<u64>) = inodes.into_iter().partition(|&i| i < 11);
+    if !files.is_empty() {
+        let names = debugfs(format!("ncheck {}", list(&files)))?;
+        let paths: Vec<&str> =
+            names.lines().skip(1).filter_map(|l| l.split_once('\t')).map(|(_, p)| p).collect();
+        said.push(format!("files: {}", paths.join(", ").replace("//", "/")));
+    }
+    if special.contains(&8) {
+        said.push("the ext4 journal".into());
+    }
+    if special.iter().any(|&i| i != 8) {
+        said.push("file-system metadata".into());
+    }
+    if !unowned.is_empty() {
+        let free = debugfs(format!("testb {}", list(&unowned)))?;
+        let in_use = free.lines().filter(|l| l.contains("marked in use")).count();
+        if in_use > 0 {
+            said.push("file-system metadata (bitmaps, inode tables)".into());
+        }
+        if in_use < unowned.len() {
+            said.push("free space".into());
+        }
+    }
+    (!said.is_empty()).then(|| format!("they hold {}", said.join("; ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A disk whose sectors in `bad` fail with EIO, counting reads.
+    struct Failing {
+        sectors: u64,
+        bad: Vec<u64>,
+        reads: std::cell::Cell<u64>,
+    }
+
+    impl ReadAt for Failing {
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.reads.set(self.reads.get() + 1);
+            let (first, n) = (offset / 512, buf.len() as u64 / 512);
+            if first + n > self.sectors {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            if self.bad.iter().any(|b| (first..first + n).contains(b)) {
+                return Err(io::Error::from_raw_os_error(5));
+            }
+            buf.fill(1);
+            Ok(())
+        }
+    }
+
+    fn run(bad: &[u64], start: u64, sectors: u64) -> (Scan, u64, u64) {
+        let dev = Failing { sectors: 1 << 20, bad: bad.to_vec(), reads: Default::default() };
+        let mut read = 0;
+        let scan = scan(&dev, start, sectors, 512, &mut |n| read += n, &|| false).unwrap();
+        (scan, read, dev.reads.get())
+    }
+
+    #[test]
+    fn every_unreadable_sector_is_found_and_nothing_else() {
+        let bad = [63, 64, 65, 9000, 20479];
+        let (found, read, _) = run(&bad, 63, 20417);
+        assert_eq!(found, Scan::Done(vec![63..66, 9000..9001, 20479..20480]));
+        assert_eq!(read, 20417 * 512, "progress covers every byte");
+        assert_eq!(describe(&[63..66, 9000..9001]), "LBA 63-65, 9000 (4 sectors)");
+        let (clean, _, reads) = run(&[], 63, 20417);
+        assert_eq!((clean, reads), (Scan::Done(vec![]), 3), "4 MiB reads when all is well");
+        // Outside the range asked: not ours to find.
+        assert_eq!(run(&[62, 20480], 63, 20417).0, Scan::Done(vec![]));
+    }
+
+    #[test]
+    fn a_bad_sector_costs_a_few_reads_not_one_per_sector() {
+        let (_, _, reads) = run(&[5000], 0, 8192);
+        assert!(reads <= 2 * 14 + 1, "{reads} reads");
+    }
+
+    #[test]
+    fn an_error_that_is_no_medium_error_ends_the_scan() {
+        let dev = Failing { sectors: 100, bad: vec![], reads: Default::default() };
+        let got = scan(&dev, 0, 200, 512, &mut |_| {}, &|| false);
+        assert_eq!(got.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        let stopped = scan(&dev, 0, 10, 512, &mut |_| {}, &|| true).unwrap();
+        assert_eq!(stopped, Scan::Stopped);
+    }
+}
