@@ -593,20 +593,20 @@ fn every_realign_json_document_is_one_document_under_its_schema() {
     assert_eq!(common::json_of(&status.stdout)["phase"], "done");
 }
 
-/// A FUSE mount of an nbdkit export, unmounted on drop.
-struct Fuse(tempfile::TempDir);
+/// A FUSE mount of an nbdkit export, unmounted (and nbdfuse reaped) on drop.
+struct Fuse(tempfile::TempDir, std::process::Child);
 
 impl Fuse {
     /// `nbdkit ARGS` served as the file `file()` by nbdfuse.
     fn nbdkit(args: &[&str]) -> Fuse {
         let dir = tempfile::tempdir().expect("mount point");
         let mountpoint = dir.path().to_str().expect("utf-8");
-        std::process::Command::new("nbdfuse")
+        let child = std::process::Command::new("nbdfuse")
             .args([mountpoint, "--command", "nbdkit", "-s"])
             .args(args)
             .spawn()
             .expect("nbdfuse");
-        let fuse = Fuse(dir);
+        let fuse = Fuse(dir, child);
         for _ in 0..100 {
             if fuse.file().exists() {
                 return fuse;
@@ -624,6 +624,7 @@ impl Fuse {
 impl Drop for Fuse {
     fn drop(&mut self) {
         let _ = std::process::Command::new("fusermount3").arg("-u").arg(self.0.path()).output();
+        let _ = self.1.wait();
     }
 }
 
