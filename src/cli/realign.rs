@@ -78,7 +78,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["target", "yes"])]
     status: Option<PathBuf>,
 
-    /// Delete the journals of finished moves (about 32 MiB each): TARGET's,
+    /// Delete the journals of finished moves (a few KiB each): TARGET's,
     /// and those under /var/lib/blkalign/journals/. Lists them unless --yes;
     /// a journal of an unfinished move is never deleted.
     #[arg(long, conflicts_with_all = ["status", "to", "partitions", "json"])]

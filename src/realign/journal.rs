@@ -269,6 +269,29 @@ impl Journal {
         }
     }
 
+    /// Once the move is done, the saved chunks (the partition's bytes,
+    /// secrets perhaps) go: overwritten with zeros and flushed first, so a
+    /// file system that keeps freed blocks keeps no copy, then cut off. The
+    /// headers, record and checksums stay for `--status`.
+    pub fn scrub(&mut self) -> Result<(), JournalError> {
+        let err = |source| JournalError::Io { path: self.path.clone(), source };
+        if self.state.phase != Phase::Done {
+            return Ok(());
+        }
+        let len = self.file.metadata().map_err(err)?.len();
+        let zeros =
+            vec![0u8; usize::try_from(self.record.chunk_bytes.min(1 << 20)).unwrap_or(4096)];
+        let mut at = self.save_at;
+        while at < len {
+            let n = usize::try_from(len - at).unwrap_or(usize::MAX).min(zeros.len());
+            self.file.write_all_at(&zeros[..n], at).map_err(err)?;
+            at += n as u64;
+        }
+        self.file.sync_data().map_err(err)?;
+        self.file.set_len(self.save_at.min(len)).map_err(err)?;
+        self.file.sync_all().map_err(err)
+    }
+
     fn save_area(&self, chunk: u64) -> u64 {
         self.save_at + (chunk % 2) * self.record.chunk_bytes
     }

@@ -703,6 +703,7 @@ impl Session {
             events.note(&format!("warning: {warning}"));
         }
         journal.commit(Phase::Done, m.chunks(), None)?;
+        journal.scrub()?;
         let absolute = std::fs::canonicalize(journal.path())
             .map_err(io_error(format!("finding {}", journal.path().display())))?;
         self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;
@@ -1376,6 +1377,13 @@ mod tests {
         assert!(lab.session.unfinished(None).unwrap().is_none());
         assert!(lab.session.store.unfinished().is_empty(), "the record is gone");
         assert!(lab.session.wanted(&[]).unwrap().is_empty(), "nothing left to move");
+        // The journal keeps its record, not the partition's bytes it saved.
+        let journal = std::fs::read(&log.done[0].journal).unwrap();
+        assert!(journal.len() < 64 << 10, "{} bytes", journal.len());
+        let original = image();
+        let sector = &partition(&original, OLD)[SS..2 * SS];
+        assert!(!journal.windows(SS).any(|w| w == sector), "a saved sector is left");
+        assert!(Journal::open(&log.done[0].journal).unwrap().state.phase == Phase::Done);
     }
 
     /// An unreadable sector found by the read check refuses the move with
