@@ -698,3 +698,60 @@ fn unreadable_sectors_refuse_a_move_before_anything_is_written() {
     assert!(!Path::new(journal).exists(), "no journal");
     assert_eq!(state.audit(image.str()), 1, "misaligned still, and no unfinished move");
 }
+
+/// Issue 28: the journal's file system fills up mid-move (its second save
+/// area cannot be written, after the first chunk reached its new place).
+/// The move stops before the disk is written again, saying why and that a
+/// rerun finishes it; once there is room the rerun resumes and finishes,
+/// every byte in place.
+#[test]
+fn a_full_journal_file_system_stops_the_move_until_there_is_room() {
+    const MIB: u64 = 1 << 20;
+    if !needs(true, &["mkfs.ext4", "mount", "sfdisk"]) {
+        return;
+    }
+    let sectors = 64 * MIB / 512;
+    let image = Image::sfdisk(128 * MIB, &format!("label: dos\nstart=63, size={sectors}\n"));
+    let pattern: Vec<u8> =
+        (0..sectors * 512).map(|i| (i / 512 % 251) as u8 ^ (i % 7) as u8).collect();
+    File::options()
+        .write(true)
+        .open(&image.path)
+        .unwrap()
+        .write_all_at(&pattern, 63 * 512)
+        .unwrap();
+    let before = sha(&image.path, 63, sectors, 512);
+    let fs = Image::new(48 * MIB);
+    run("mkfs.ext4", &["-q", "-F", "-m", "0", fs.str()]);
+    let mount = common::Mount::new(fs.str(), &["-o", "loop"]);
+    let free = || rustix::fs::statvfs(&mount.dir).map(|s| s.f_bavail * s.f_frsize).unwrap();
+    // Room for the headers, the record and one 16 MiB save area, not two.
+    let filler = mount.dir.join("filler");
+    File::create(&filler).unwrap().set_len(0).unwrap();
+    let fill = free() - 24 * MIB;
+    File::options()
+        .write(true)
+        .open(&filler)
+        .unwrap()
+        .write_all_at(&vec![1u8; fill as usize], 0)
+        .unwrap();
+    let journal = mount.dir.join("p1.journal");
+    let (img, journal) = (image.str(), journal.to_str().unwrap());
+    let state = State::new();
+    let out = state.realign(&[img, "--journal", journal, "--yes"]);
+    let said = text(&out);
+    assert_eq!(code(&out), 2, "{said}");
+    assert!(
+        said.contains("No space left on device") && said.contains("rerun the same command"),
+        "{said}"
+    );
+    assert!(Path::new(journal).exists(), "the journal says where the move stands");
+    std::fs::remove_file(&filler).unwrap();
+    let rerun = state.realign(&[img, "1", "--journal", journal, "--yes"]);
+    assert_eq!(code(&rerun), 0, "{}", text(&rerun));
+    let (_, parts) = sfdisk_json(img);
+    let start = parts[0].1;
+    assert_eq!(start, 2048, "{parts:?}");
+    assert_eq!(sha(&image.path, start, sectors, 512), before, "every byte in place");
+    drop(mount);
+}
