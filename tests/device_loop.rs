@@ -22,7 +22,7 @@ fn loop_with_4096_byte_sectors() {
     assert_eq!(target.selected_partition, None);
 
     let file = open(&target).expect("root can open a loop device");
-    let t = topology(&root, &target, Some(&file), &Overrides::default()).expect("topology");
+    let t = topology(&root, &target, Some(file.file()), &Overrides::default()).expect("topology");
     // sysfs and BLKSSZGET agree, so the kernel keeps the credit and no note.
     assert_eq!(t.logical_sector_size, Sourced::new(4096, Source::Kernel));
     assert!(t.physical_sector_size.value >= 4096);
@@ -80,7 +80,8 @@ fn every_disk_on_this_machine_has_a_topology() {
     assert!(own_name.is_none_or(|n| checked.iter().any(|t| t.name.as_deref() == Some(n))));
     for target in checked {
         let file = open(target).ok();
-        let t = topology(&root, target, file.as_ref(), &Overrides::default()).expect("topology");
+        let file = file.as_ref().map(|f| f.file());
+        let t = topology(&root, target, file, &Overrides::default()).expect("topology");
         eprintln!("{}: {t:?}", target.path.display());
         assert!(t.logical_sector_size.value >= 512, "{}", target.path.display());
         assert!(t.physical_sector_size.value >= t.logical_sector_size.value);

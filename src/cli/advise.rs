@@ -238,7 +238,7 @@ fn text<'a>(
 /// Advice from the layers found inside partition `part`: what fixes each
 /// one that is not aligned.
 fn layer_advice(
-    file: &std::fs::File,
+    file: &dyn blkalign::io::ReadAt,
     part: &advise::Partition,
     io: &IoSizes,
     geometry: &Geometry,

@@ -37,11 +37,12 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     }
     let file = if args.yes {
         exclusive::check_unused(&root, &target)?;
-        exclusive::open_for_writing(&target)?
+        device::reader(exclusive::open_for_writing(&target)?, &target.path)?
     } else {
         device::open(&target)?
     };
-    let topology = blkalign::open::topology(&root, &target, Some(&file), &Default::default())?;
+    let topology =
+        blkalign::open::topology(&root, &target, Some(file.file()), &Default::default())?;
     let now = device::identity(&root, &target, &topology);
     if let Some(notice) = backup.same_disk(&target, &topology, &now)? {
         eprintln!("{notice}");
@@ -61,7 +62,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         eprintln!("dry run: nothing written; add --yes to restore");
         return Ok(EXIT_OK);
     }
-    backup.put_back(&file, &target.path, &todo)?;
+    backup.put_back(file.file(), &target.path, &todo)?;
     if target.kind == TargetKind::Disk {
         match backup::tell_restored(&root, &target, &file, sidecar.sector_size, topology.size_bytes)
         {
