@@ -274,6 +274,18 @@ mod tests {
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
     }
 
+    /// Without O_DIRECT the cached pages are dropped, and reads are as is.
+    #[test]
+    fn uncached_reads_read_as_is() {
+        let (temp, bytes, _) = pattern_file(10_000);
+        let reader = DirectReader::uncached(File::open(temp.path()).unwrap());
+        let mut buf = vec![0u8; 5_000];
+        reader.read_exact_at(&mut buf, 4_097).unwrap();
+        assert!(buf == bytes[4_097..9_097]);
+        let err = reader.read_exact_at(&mut buf, 6_000).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
     #[test]
     fn a_block_size_must_be_a_power_of_two() {
         for block in [0, 520] {

@@ -30,6 +30,29 @@ fn loop_with_4096_byte_sectors() {
     assert!(t.notes.is_empty(), "{:?}", t.notes);
 }
 
+/// Reads of a disk with 4096-byte logical sectors go past its page cache
+/// in whole sectors, yet any range reads as it is in the backing file;
+/// past the end is UnexpectedEof, as for a File.
+#[test]
+fn a_4096_byte_loop_reads_any_range() {
+    if !common::needs(true, &["losetup"]) {
+        return;
+    }
+    use blkalign::io::ReadAt;
+    let image = Image::new(MIB);
+    let bytes: Vec<u8> = (0..MIB as usize).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&image.path, &bytes).expect("fill the image");
+    let dev = Loop::attach(&image.path, 4096);
+    let disk = open(&resolve(&SysRoot::real(), &dev.dev).expect("resolve")).expect("open");
+    for (offset, len) in [(0, 1), (511, 2), (4095, 4098), (MIB - 3, 3), (1, MIB - 1)] {
+        let mut buf = vec![0u8; len as usize];
+        disk.read_exact_at(&mut buf, offset).expect("read");
+        assert!(buf[..] == bytes[offset as usize..(offset + len) as usize], "{offset}+{len}");
+    }
+    let err = disk.read_exact_at(&mut [0u8; 2], MIB - 1).expect_err("past the end");
+    assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+}
+
 #[test]
 fn loop_partition_resolves_to_its_parent() {
     if !common::needs(true, &["losetup", "sfdisk", "partx"]) {

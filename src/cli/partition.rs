@@ -64,25 +64,25 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         return Ok(EXIT_OK);
     }
     exclusive::check_unused(&root, &target)?;
-    let file = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
+    let disk = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
     if !args.force {
-        refuse_lost(&target, &lost_contents(&file, &plan))?;
+        refuse_lost(&target, &lost_contents(&disk, &plan))?;
     }
     let chunks = write::encode(&plan.table(&Ids::random(plan.partitions.len())?)?);
-    let old = read_regions(&file, &chunks)
+    let old = read_regions(&disk, &chunks)
         .with_context(|| format!("reading {}", target.path.display()))?;
     if !args.wipe && old.iter().any(|bytes| bytes.iter().any(|&b| b != 0)) {
         bail!(
             "{} already holds data where the table goes ({}); pass --wipe to replace it \
              (the old sectors are saved to a backup file first)",
             target.path.display(),
-            existing_label(&file, &plan)
+            existing_label(&disk, &plan)
         );
     }
     let topology = blkalign::open::topology(
         &root,
         &target,
-        Some(file.file()),
+        Some(disk.file()),
         &args.plan.geometry.overrides(),
     )?;
     let identity = device::identity(&root, &target, &topology);
@@ -94,10 +94,10 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let saved =
         backup::save_backup(args.backup.as_deref(), &target, plan.sector_size, identity, regions)?;
     eprintln!("{saved}");
-    backup::check_restorable(&saved.bin, &file)?;
-    backup::write_chunks(file.file(), &chunks)
+    backup::check_restorable(&saved.bin, &disk)?;
+    backup::write_chunks(disk.file(), &chunks)
         .with_context(|| format!("writing {}", target.path.display()))?;
-    let told = kernel::tell(&root, &target, file.file(), &planned_kernel_parts(&plan));
+    let told = kernel::tell(&root, &target, disk.file(), &planned_kernel_parts(&plan));
     told.messages().iter().for_each(|m| eprintln!("{m}"));
     planning::print(&target, &plan, &args.plan)?;
     eprintln!("wrote the {} table to {}", label_text(&plan), target.path.display());

@@ -88,21 +88,21 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         bail!("{path}: refusing to rescale: {}", note.message);
     }
     exclusive::check_unused(&root, &target)?;
-    let file = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
+    let disk = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
     // Planned again through the handle that writes: nothing may have
     // changed in between, and this is what is checked and written.
-    let plan = rescale::plan(&file, size, args.from, to).with_context(|| path.clone())?;
+    let plan = rescale::plan(&disk, size, args.from, to).with_context(|| path.clone())?;
     let ss = match target.kind {
         TargetKind::Disk => topology.logical_sector_size.value,
         TargetKind::Image => to,
     };
     let identity = device::identity(&root, &target, &topology);
     let saved =
-        backup::save_backup(args.backup.as_deref(), &target, ss, identity, to_save(&file, &plan)?)?;
+        backup::save_backup(args.backup.as_deref(), &target, ss, identity, to_save(&disk, &plan)?)?;
     eprintln!("{saved}");
-    backup::check_restorable(&saved.bin, &file)?;
-    backup::write_chunks(file.file(), &plan.chunks).with_context(|| format!("writing {path}"))?;
-    let after = table::read(&file, to, size).with_context(|| format!("re-reading {path}"))?;
+    backup::check_restorable(&saved.bin, &disk)?;
+    backup::write_chunks(disk.file(), &plan.chunks).with_context(|| format!("writing {path}"))?;
+    let after = table::read(&disk, to, size).with_context(|| format!("re-reading {path}"))?;
     if let Err(e) = rescale::same_bytes(&plan.old, &after) {
         bail!(
             "{path}: the table written does not read back as the same partitions ({e}); \
@@ -111,7 +111,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         );
     }
     if topology.logical_sector_size.value == to {
-        let told = kernel::tell(&root, &target, file.file(), &backup::kernel_parts(&after));
+        let told = kernel::tell(&root, &target, disk.file(), &backup::kernel_parts(&after));
         told.messages().iter().for_each(|m| eprintln!("{m}"));
     }
     eprintln!("wrote the table for {to}-byte sectors to {path}; read back, every partition's bytes unchanged");
