@@ -316,16 +316,20 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     audit.name = target.name.clone();
     audit.kind = Some(target.kind);
     let file = device::open(target);
-    let mut topology =
-        match crate::open::topology(root, target, file.as_ref().ok(), &opts.overrides) {
-            Ok(t) => t,
-            Err(err) => {
-                audit.error = Some(err.to_string());
-                return audit;
-            }
-        };
+    let mut topology = match crate::open::topology(
+        root,
+        target,
+        file.as_ref().ok().map(|f| f.file()),
+        &opts.overrides,
+    ) {
+        Ok(t) => t,
+        Err(err) => {
+            audit.error = Some(err.to_string());
+            return audit;
+        }
+    };
     if let (true, TargetKind::Disk, Ok(file)) = (opts.probe, target.kind, &file) {
-        apply_probe(&mut topology, root, file, &target.path);
+        apply_probe(&mut topology, root, file.file(), &target.path);
     }
     if opts.trust_kernel
         && target.kind == TargetKind::Image
@@ -403,7 +407,11 @@ fn apply_probe(topology: &mut Topology, root: &SysRoot, file: &File, path: &Path
 
 /// Read the table into `audit`, returning its partitions; None when it
 /// could not be read (the error is in `audit`).
-fn read_table(audit: &mut DiskAudit, file: &File, topology: &Topology) -> Option<Vec<Partition>> {
+fn read_table(
+    audit: &mut DiskAudit,
+    file: &dyn ReadAt,
+    topology: &Topology,
+) -> Option<Vec<Partition>> {
     let sector = topology.logical_sector_size.value;
     match table::read(file, sector, topology.size_bytes) {
         Ok(layout) => {
@@ -435,7 +443,7 @@ fn check_unfinished_move(
     root: &SysRoot,
     target: &Target,
     topology: &Topology,
-    file: &File,
+    file: &dyn ReadAt,
 ) {
     let id = device::identity(root, target, topology);
     let Some((record, journal)) = realign::state::Store::default().unfinished_on(file, &id) else {
@@ -459,7 +467,12 @@ fn check_unfinished_move(
 /// A table written for the other logical sector size puts every partition
 /// somewhere else for the kernel (and for the verdicts above): say so, and
 /// what rewrites it for this device.
-fn check_sector_size(audit: &mut DiskAudit, file: &File, target: &Target, topology: &Topology) {
+fn check_sector_size(
+    audit: &mut DiskAudit,
+    file: &dyn ReadAt,
+    target: &Target,
+    topology: &Topology,
+) {
     let logical = topology.logical_sector_size.value;
     let Some(other) = table::written_for(file, topology.size_bytes, logical) else { return };
     let path = target.path.display();
@@ -604,7 +617,7 @@ fn judge(audit: &mut DiskAudit, found: Vec<Partition>, geometry: &Geometry, sele
 /// a table holds from byte 0, against each alignment offset in `offsets`.
 fn walk_layers(
     audit: &mut DiskAudit,
-    file: &File,
+    file: &dyn ReadAt,
     geometry: &Geometry,
     offsets: &[u64],
     size_bytes: u64,
@@ -726,7 +739,7 @@ fn follow_open_luks(audit: &mut DiskAudit, root: &SysRoot, target: &Target, geom
         let Some((node, size)) = device::crypt_holder(root, name, p.partition.number) else {
             continue;
         };
-        let Ok(inner) = File::open(&node) else { continue };
+        let Ok(inner) = device::open_path(&node) else { continue };
         let mut found = stack::walk(&inner, 0, size);
         for layer in &mut found {
             layer.depth = layer.depth.saturating_add(depth);

@@ -6,6 +6,7 @@
 use crate::device::exclusive::sync_parent;
 use crate::device::kernel::{self, KernelPart, Told};
 use crate::device::{Identity, SysRoot, Target, TargetKind, Topology};
+use crate::io::{DirectReader, ReadAt};
 use crate::table::write::Chunk;
 use crate::table::{self, Layout, PartKind, Partition, TableError};
 use serde::{Deserialize, Serialize};
@@ -270,7 +271,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// `bin` just saved reads back, every region matches its hash, and holds
 /// exactly what `disk` holds there now, so restoring it after the write
 /// puts back what is there now.
-pub fn check_restorable(bin: &Path, disk: &File) -> Result<(), BackupError> {
+pub fn check_restorable(bin: &Path, disk: &dyn ReadAt) -> Result<(), BackupError> {
     let backup = Backup::open(bin)?;
     let now = backup
         .compare(disk)
@@ -390,7 +391,7 @@ impl Backup {
     /// The regions to write back to `disk` (named `path`): those still
     /// holding what `partition` wrote. Refused when any holds something
     /// else: the disk changed since.
-    pub fn to_restore(&self, disk: &File, path: &Path) -> Result<Vec<usize>, BackupError> {
+    pub fn to_restore(&self, disk: &dyn ReadAt, path: &Path) -> Result<Vec<usize>, BackupError> {
         let now = self
             .compare(disk)
             .map_err(|source| BackupError::Read { path: path.to_path_buf(), source })?;
@@ -417,7 +418,7 @@ impl Backup {
 
     /// Where each region stands. Without the hash of what was written (an
     /// old sidecar) anything but the saved bytes counts as written.
-    fn compare(&self, disk: &File) -> io::Result<Vec<Now>> {
+    fn compare(&self, disk: &dyn ReadAt) -> io::Result<Vec<Now>> {
         self.sidecar
             .regions
             .iter()
@@ -471,7 +472,7 @@ fn read_saved(bin: &Path, sidecar: &Sidecar) -> Result<Vec<Vec<u8>>, BackupError
         .map(|r| {
             // check_regions bounds the length by MAX_BYTES.
             let mut buf = vec![0u8; r.length as usize];
-            file.read_exact_at(&mut buf, r.backup_offset).map_err(io)?;
+            FileExt::read_exact_at(&file, &mut buf, r.backup_offset).map_err(io)?;
             if r.saved_sha256.as_ref().is_some_and(|h| *h != sha256_hex(&buf)) {
                 return Err(BackupError::Mismatch {
                     path: bin.to_path_buf(),
@@ -498,12 +499,12 @@ pub fn kernel_parts(layout: &Layout) -> Vec<KernelPart> {
 pub fn tell_restored(
     root: &SysRoot,
     target: &Target,
-    disk: &File,
+    disk: &DirectReader,
     ss: u64,
     size: u64,
 ) -> Result<Told, TableError> {
     let layout = table::read(disk, ss, size)?;
-    Ok(kernel::tell(root, target, disk, &kernel_parts(&layout)))
+    Ok(kernel::tell(root, target, disk.file(), &kernel_parts(&layout)))
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 
 use crate::align::Geometry;
 use crate::device::{self, DeviceError, Overrides, SysRoot, Target, Topology};
+use crate::io::DirectReader;
 use crate::table;
 use std::fs::File;
 use std::path::Path;
@@ -11,8 +12,8 @@ use std::path::Path;
 /// A target ready to be read and judged.
 pub struct Opened {
     pub target: Target,
-    /// Read-only.
-    pub file: File,
+    /// Read-only; block devices read past the page cache.
+    pub file: DirectReader,
     pub topology: Topology,
     pub geometry: Geometry,
 }
@@ -26,7 +27,7 @@ pub fn open(
 ) -> Result<Opened, DeviceError> {
     let target = device::resolve(root, path)?;
     let file = device::open(&target)?;
-    let topology = topology(root, &target, Some(&file), overrides)?;
+    let topology = topology(root, &target, Some(file.file()), overrides)?;
     let geometry = topology.geometry(trust_kernel);
     Ok(Opened { target, file, topology, geometry })
 }

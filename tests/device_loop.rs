@@ -22,12 +22,35 @@ fn loop_with_4096_byte_sectors() {
     assert_eq!(target.selected_partition, None);
 
     let file = open(&target).expect("root can open a loop device");
-    let t = topology(&root, &target, Some(&file), &Overrides::default()).expect("topology");
+    let t = topology(&root, &target, Some(file.file()), &Overrides::default()).expect("topology");
     // sysfs and BLKSSZGET agree, so the kernel keeps the credit and no note.
     assert_eq!(t.logical_sector_size, Sourced::new(4096, Source::Kernel));
     assert!(t.physical_sector_size.value >= 4096);
     assert_eq!(t.size_bytes, 64 * MIB);
     assert!(t.notes.is_empty(), "{:?}", t.notes);
+}
+
+/// Reads of a disk with 4096-byte logical sectors go past its page cache
+/// in whole sectors, yet any range reads as it is in the backing file;
+/// past the end is UnexpectedEof, as for a File.
+#[test]
+fn a_4096_byte_loop_reads_any_range() {
+    if !common::needs(true, &["losetup"]) {
+        return;
+    }
+    use blkalign::io::ReadAt;
+    let image = Image::new(MIB);
+    let bytes: Vec<u8> = (0..MIB as usize).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&image.path, &bytes).expect("fill the image");
+    let dev = Loop::attach(&image.path, 4096);
+    let disk = open(&resolve(&SysRoot::real(), &dev.dev).expect("resolve")).expect("open");
+    for (offset, len) in [(0, 1), (511, 2), (4095, 4098), (MIB - 3, 3), (1, MIB - 1)] {
+        let mut buf = vec![0u8; len as usize];
+        disk.read_exact_at(&mut buf, offset).expect("read");
+        assert!(buf[..] == bytes[offset as usize..(offset + len) as usize], "{offset}+{len}");
+    }
+    let err = disk.read_exact_at(&mut [0u8; 2], MIB - 1).expect_err("past the end");
+    assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
 }
 
 #[test]
@@ -80,7 +103,8 @@ fn every_disk_on_this_machine_has_a_topology() {
     assert!(own_name.is_none_or(|n| checked.iter().any(|t| t.name.as_deref() == Some(n))));
     for target in checked {
         let file = open(target).ok();
-        let t = topology(&root, target, file.as_ref(), &Overrides::default()).expect("topology");
+        let file = file.as_ref().map(|f| f.file());
+        let t = topology(&root, target, file, &Overrides::default()).expect("topology");
         eprintln!("{}: {t:?}", target.path.display());
         assert!(t.logical_sector_size.value >= 512, "{}", target.path.display());
         assert!(t.physical_sector_size.value >= t.logical_sector_size.value);

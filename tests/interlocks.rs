@@ -278,6 +278,29 @@ fn restore_on_a_loop_device_tells_the_kernel() {
     e2fsck_at_63(&disk.dev);
 }
 
+/// Issue 27: an ext4 made through the partition's node while the disk was
+/// held open, its old (empty) sectors cached through the disk's node, is
+/// still seen: `partition --yes` refuses to lose it and writes nothing.
+#[test]
+fn partition_sees_a_file_system_made_through_the_partition_node() {
+    if !needs(true, &["losetup", "sfdisk", "partx", "mkfs.ext4"]) {
+        return;
+    }
+    use std::os::unix::fs::FileExt;
+    let image = Image::sfdisk(64 * MIB, OLD_FDISK);
+    let disk = Loop::attach(&image.path, 512);
+    disk.add_partitions(1);
+    let held = std::fs::File::open(&disk.dev).expect("open the disk");
+    let mut cached = vec![0u8; MIB as usize];
+    held.read_exact_at(&mut cached, 63 * 512).expect("read the partition through the disk");
+    mkfs_ext4(disk.partition(1).to_str().expect("utf-8"), 0, 14000, "new");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, err) = repartition(disk.str(), &dir.path().join("b.bin"), &[]);
+    assert!(code == 2 && err.contains("ext4 signature (label \"new\")"), "{err}");
+    assert_eq!(common::sfdisk_partitions(image.str()), vec![(1, 63, 120000)]);
+    drop(held);
+}
+
 #[test]
 fn a_file_system_on_the_whole_disk_counts() {
     if !needs(false, &["mkfs.ext4", "sha256sum"]) {

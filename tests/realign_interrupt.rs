@@ -108,6 +108,13 @@ fn ctrl_c_stops_between_chunks_and_names_the_command_that_finishes() {
     assert!(text(&clean).contains("is unfinished: finish it with"), "{}", text(&clean));
     assert!(journal.exists(), "an unfinished journal was deleted");
 
+    // A problem found (exit 1), not an error (2): the audit completed.
+    let audit = blkalign(&["audit", "--json", img]);
+    assert_eq!(audit.status.code(), Some(1), "{}", text(&audit));
+    let target = &common::json_of(&audit.stdout)["targets"][0];
+    assert!(target["error"].is_null(), "{target}");
+    assert!(target["problems"].to_string().contains("realign_unfinished"), "{target}");
+
     let words: Vec<&str> = finish.split_whitespace().collect();
     assert_eq!(words[0], "blkalign");
     let rerun = blkalign(&words[1..]);

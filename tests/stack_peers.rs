@@ -1260,3 +1260,30 @@ fn a_fat_off_the_grid_inside_its_partition_gets_the_right_mkfs() {
     assert!(matches!(found.details, Details::Fat { bits: 16, .. }), "{found:?}");
     assert_eq!(found.offset_bytes % 4096, 0, "{found:?}");
 }
+
+/// Found by a user (issue 27): after `mkfs.ext4 sdc1` while the disk stayed
+/// open, `audit /dev/sdc` showed sdc1 empty and `advise` offered mkfs for
+/// it. A partition and its disk have separate page caches: what mkfs wrote
+/// through the partition never reaches the disk's cached pages, so reads
+/// through the disk's node must bypass them. The test holds the disk open
+/// with the partition's first MiB cached, as a mounted sibling would.
+#[test]
+fn audit_and_advise_see_a_file_system_made_through_the_partition_node() {
+    if !needs(true, &["losetup", "partx", "sfdisk", "mkfs.ext4"]) {
+        return;
+    }
+    let image = Image::sfdisk(64 * MIB, "label: gpt\nstart=2048, size=40960\nstart=43008\n");
+    let disk = Loop::attach(&image.path, 512);
+    disk.add_partitions(2);
+    let held = File::open(&disk.dev).expect("open the disk");
+    let mut cached = vec![0u8; MIB as usize];
+    held.read_exact_at(&mut cached, 2048 * 512).expect("read the partition through the disk");
+    assert!(cached.iter().all(|&b| b == 0), "the partition starts empty");
+    run("mkfs.ext4", &["-q", "-F", &format!("{}p1", disk.str())]);
+
+    let (_, target) = common::audit_json(&[disk.str()]);
+    assert_eq!(target["partitions"][0]["layers"][0]["name"], "ext4", "{target}");
+    let advised = advice(disk.str());
+    assert!(advised[0].iter().all(|(_, command)| !command.contains("mkfs")), "{advised:?}");
+    drop(held);
+}

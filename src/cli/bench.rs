@@ -166,7 +166,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if mode != Mode::Read {
         // Before the exclusive open, which would itself look like a claim;
         // that open then keeps anyone from mounting it until we are done.
-        safety::check_unused(&device::open_path(target)?, target, &root)?;
+        safety::check_unused(device::open_path(target)?.file(), target, &root)?;
     }
     let file = bench::open_direct(target, mode, args.sync)?;
     let info = bench::device_info(&file, &root.sys)?;

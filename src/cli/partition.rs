@@ -7,12 +7,11 @@ use blkalign::advise::{self, Holds};
 use blkalign::backup::{self, ToSave};
 use blkalign::device::kernel::{self, KernelPart};
 use blkalign::device::{self, exclusive, SysRoot, Target};
+use blkalign::io::ReadAt;
 use blkalign::plan::{Plan, Planned, Role};
 use blkalign::stack::Contents;
 use blkalign::table::write::{self, Chunk, Ids};
 use blkalign::table::{PartKind, Partition};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -65,23 +64,27 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         return Ok(EXIT_OK);
     }
     exclusive::check_unused(&root, &target)?;
-    let file = exclusive::open_for_writing(&target)?;
+    let disk = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
     if !args.force {
-        refuse_lost(&target, &lost_contents(&file, &plan))?;
+        refuse_lost(&target, &lost_contents(&disk, &plan))?;
     }
     let chunks = write::encode(&plan.table(&Ids::random(plan.partitions.len())?)?);
-    let old = read_regions(&file, &chunks)
+    let old = read_regions(&disk, &chunks)
         .with_context(|| format!("reading {}", target.path.display()))?;
     if !args.wipe && old.iter().any(|bytes| bytes.iter().any(|&b| b != 0)) {
         bail!(
             "{} already holds data where the table goes ({}); pass --wipe to replace it \
              (the old sectors are saved to a backup file first)",
             target.path.display(),
-            existing_label(&file, &plan)
+            existing_label(&disk, &plan)
         );
     }
-    let topology =
-        blkalign::open::topology(&root, &target, Some(&file), &args.plan.geometry.overrides())?;
+    let topology = blkalign::open::topology(
+        &root,
+        &target,
+        Some(disk.file()),
+        &args.plan.geometry.overrides(),
+    )?;
     let identity = device::identity(&root, &target, &topology);
     let regions = chunks
         .iter()
@@ -91,17 +94,17 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let saved =
         backup::save_backup(args.backup.as_deref(), &target, plan.sector_size, identity, regions)?;
     eprintln!("{saved}");
-    backup::check_restorable(&saved.bin, &file)?;
-    backup::write_chunks(&file, &chunks)
+    backup::check_restorable(&saved.bin, &disk)?;
+    backup::write_chunks(disk.file(), &chunks)
         .with_context(|| format!("writing {}", target.path.display()))?;
-    let told = kernel::tell(&root, &target, &file, &planned_kernel_parts(&plan));
+    let told = kernel::tell(&root, &target, disk.file(), &planned_kernel_parts(&plan));
     told.messages().iter().for_each(|m| eprintln!("{m}"));
     planning::print(&target, &plan, &args.plan)?;
     eprintln!("wrote the {} table to {}", label_text(&plan), target.path.display());
     Ok(EXIT_OK)
 }
 
-fn read_regions(file: &File, chunks: &[Chunk]) -> std::io::Result<Vec<Vec<u8>>> {
+fn read_regions(file: &dyn ReadAt, chunks: &[Chunk]) -> std::io::Result<Vec<Vec<u8>>> {
     chunks
         .iter()
         .map(|c| {
@@ -116,7 +119,7 @@ fn read_regions(file: &File, chunks: &[Chunk]) -> std::io::Result<Vec<Vec<u8>>> 
 /// swap, LVM, LUKS, md, ...) in an existing partition the plan does not
 /// keep with the same start and size, or, on a disk without partitions, at
 /// offset 0. A partition that cannot be read counts too.
-fn lost_contents(file: &File, plan: &Plan) -> Vec<String> {
+fn lost_contents(file: &dyn ReadAt, plan: &Plan) -> Vec<String> {
     let ss = plan.sector_size;
     let size = plan.total_sectors.saturating_mul(ss);
     let parts = blkalign::table::read(file, ss, size).map_or_else(|_| Vec::new(), |l| l.partitions);
@@ -179,7 +182,7 @@ fn warn_lost(target: &Target, lost: &[String], force: bool) {
 }
 
 /// Names what is there, for the refusal message.
-fn existing_label(file: &File, plan: &Plan) -> String {
+fn existing_label(file: &dyn ReadAt, plan: &Plan) -> String {
     let size = plan.total_sectors * plan.sector_size;
     match blkalign::table::read(file, plan.sector_size, size).map(|l| l.label) {
         Ok(blkalign::table::Label::Gpt) => "a GPT".into(),

@@ -73,9 +73,10 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     };
     let opts = ProbeOptions { seed: args.seed, sys: root.sys, within };
     let progress = Progress::new(0, Phase::Locate);
-    let result =
-        super::output::with_progress(&progress, "writes", || probe_with(&file, &opts, &progress))
-            .with_context(|| format!("probing {}", target.display()))?;
+    let result = super::output::with_progress(&progress, "writes", || {
+        probe_with(file.file(), &opts, &progress)
+    })
+    .with_context(|| format!("probing {}", target.display()))?;
     if args.json {
         super::emit_json(&result)?;
     } else {
@@ -97,7 +98,8 @@ fn free_ranges(root: &SysRoot, target: &Path) -> anyhow::Result<Vec<std::ops::Ra
         anyhow::bail!("--where free needs the whole disk, whose table says what is free");
     }
     let file = device::open(&target)?;
-    let topology = blkalign::open::topology(root, &target, Some(&file), &Overrides::default())?;
+    let topology =
+        blkalign::open::topology(root, &target, Some(file.file()), &Overrides::default())?;
     let layout = table::read(&file, topology.logical_sector_size.value, topology.size_bytes)?;
     if layout.label == table::Label::None {
         anyhow::bail!("no partition table, so no space is known to be free");

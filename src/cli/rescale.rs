@@ -12,8 +12,6 @@ use blkalign::open::Opened;
 use blkalign::rescale::{self, ContentNote, Moved, Overlay, Rescaled};
 use blkalign::table;
 use std::fmt::Write as _;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -117,21 +115,21 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         );
     }
     exclusive::check_unused(&root, &target)?;
-    let file = exclusive::open_for_writing(&target)?;
+    let disk = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
     // Planned again through the handle that writes: nothing may have
     // changed in between, and this is what is checked and written.
-    let plan = rescale::plan(&file, size, args.from, to).with_context(|| path.clone())?;
+    let plan = rescale::plan(&disk, size, args.from, to).with_context(|| path.clone())?;
     let ss = match target.kind {
         TargetKind::Disk => topology.logical_sector_size.value,
         TargetKind::Image => to,
     };
     let identity = device::identity(&root, &target, &topology);
     let saved =
-        backup::save_backup(args.backup.as_deref(), &target, ss, identity, to_save(&file, &plan)?)?;
+        backup::save_backup(args.backup.as_deref(), &target, ss, identity, to_save(&disk, &plan)?)?;
     eprintln!("{saved}");
-    backup::check_restorable(&saved.bin, &file)?;
-    backup::write_chunks(&file, &plan.chunks).with_context(|| format!("writing {path}"))?;
-    let after = table::read(&file, to, size).with_context(|| format!("re-reading {path}"))?;
+    backup::check_restorable(&saved.bin, &disk)?;
+    backup::write_chunks(disk.file(), &plan.chunks).with_context(|| format!("writing {path}"))?;
+    let after = table::read(&disk, to, size).with_context(|| format!("re-reading {path}"))?;
     if let Err(e) = rescale::same_bytes(&plan.old, &after) {
         bail!(
             "{path}: the table written does not read back as the same partitions ({e}); \
@@ -140,7 +138,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         );
     }
     if topology.logical_sector_size.value == to {
-        let told = kernel::tell(&root, &target, &file, &backup::kernel_parts(&after));
+        let told = kernel::tell(&root, &target, disk.file(), &backup::kernel_parts(&after));
         told.messages().iter().for_each(|m| eprintln!("{m}"));
     }
     eprintln!("wrote the table for {to}-byte sectors to {path}; read back, every partition's bytes unchanged");
@@ -251,14 +249,14 @@ fn spans(r: &Rescaled) -> Vec<(u64, u64, String)> {
 
 /// What the writes overwrite, in `spans`, with the bytes there now and
 /// the hash of what will be there after.
-fn to_save(file: &File, r: &Rescaled) -> anyhow::Result<Vec<ToSave>> {
+fn to_save(file: &dyn ReadAt, r: &Rescaled) -> anyhow::Result<Vec<ToSave>> {
     let after = Overlay { base: file, chunks: &r.chunks };
     spans(r)
         .into_iter()
         .map(|(start, end, what)| {
             let len = usize::try_from(end - start).context("backup region too large")?;
             let mut old = vec![0u8; len];
-            FileExt::read_exact_at(file, &mut old, start)?;
+            file.read_exact_at(&mut old, start)?;
             let mut new = vec![0u8; len];
             after.read_exact_at(&mut new, start)?;
             Ok(ToSave::new(format!("rescale: {what}"), start, old, &new))

@@ -35,18 +35,19 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if let Some(n) = target.selected_partition {
         bail!("{} is partition {n}; name the whole disk", target.path.display());
     }
-    let file = if args.yes {
+    let disk = if args.yes {
         exclusive::check_unused(&root, &target)?;
-        exclusive::open_for_writing(&target)?
+        device::reader(exclusive::open_for_writing(&target)?, &target.path)?
     } else {
         device::open(&target)?
     };
-    let topology = blkalign::open::topology(&root, &target, Some(&file), &Default::default())?;
+    let topology =
+        blkalign::open::topology(&root, &target, Some(disk.file()), &Default::default())?;
     let now = device::identity(&root, &target, &topology);
     if let Some(notice) = backup.same_disk(&target, &topology, &now)? {
         eprintln!("{notice}");
     }
-    let todo = backup.to_restore(&file, &target.path)?;
+    let todo = backup.to_restore(&disk, &target.path)?;
     let path = target.path.display();
     if todo.is_empty() {
         eprintln!("{path} already holds every sector of the backup: nothing to do");
@@ -61,9 +62,9 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         eprintln!("dry run: nothing written; add --yes to restore");
         return Ok(EXIT_OK);
     }
-    backup.put_back(&file, &target.path, &todo)?;
+    backup.put_back(disk.file(), &target.path, &todo)?;
     if target.kind == TargetKind::Disk {
-        match backup::tell_restored(&root, &target, &file, sidecar.sector_size, topology.size_bytes)
+        match backup::tell_restored(&root, &target, &disk, sidecar.sector_size, topology.size_bytes)
         {
             Ok(told) => told.messages().iter().for_each(|m| eprintln!("{m}")),
             Err(e) => eprintln!(

@@ -17,7 +17,7 @@ const BLKPBSZGET: Opcode = opcode::none(0x12, 123);
 /// What the ioctls report for a block device; failed ioctls are None.
 pub(crate) fn query(file: &File) -> Reported {
     Reported {
-        logical: get::<BLKSSZGET, i32>(file).and_then(|v| u64::try_from(v).ok()),
+        logical: logical_block_size(file),
         physical: get::<BLKPBSZGET, u32>(file).map(u64::from),
         minimum_io: get::<BLKIOMIN, u32>(file).map(u64::from),
         optimal_io: get::<BLKIOOPT, u32>(file).map(u64::from),
@@ -25,6 +25,11 @@ pub(crate) fn query(file: &File) -> Reported {
         alignment_offset: get::<BLKALIGNOFF, i32>(file).and_then(|v| u64::try_from(v).ok()),
         size_bytes: get::<BLKGETSIZE64, u64>(file),
     }
+}
+
+/// The logical block size, which O_DIRECT offsets and lengths are multiples of.
+pub(crate) fn logical_block_size(file: &File) -> Option<u64> {
+    get::<BLKSSZGET, i32>(file).and_then(|v| u64::try_from(v).ok())
 }
 
 fn get<const OP: Opcode, T>(file: &File) -> Option<T> {

@@ -160,7 +160,7 @@ pub use error::DeviceError;
 pub use identity::{identity, Identity};
 pub use stack::{held, origins, Origin};
 pub use sysfs::{crypt_holder, kernel_partitions, KernelPartition, SysRoot};
-pub use target::{check_kind, list_disks, open, open_checked, open_path, resolve};
+pub use target::{check_kind, list_disks, open, open_checked, open_path, reader, resolve};
 pub use topology::{topology, validate_overrides, SectorGuess, SectorGuesser};
 
 #[cfg(test)]

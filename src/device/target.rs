@@ -1,11 +1,14 @@
 //! Turning what the user typed into a whole disk or an image, and opening it.
 
 use super::sysfs::{block_dir, partition_number, read_number, SysRoot};
-use super::{DeviceError, Target, TargetKind};
+use super::{ioctl, DeviceError, Target, TargetKind};
+use crate::io::DirectReader;
 use rustix::fs::{major, minor, Mode, OFlags};
+use rustix::io::Errno;
 use std::fs::{self, File};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Every whole disk in SYS/block, sorted by name, except those with nothing
 /// to audit: RAM disks, zram, unattached loop devices and empty drives.
@@ -139,14 +142,38 @@ fn fixture_node(root: &SysRoot, path: &Path) -> Option<Target> {
 }
 
 /// Open for reading only: auditing never writes.
-pub fn open(target: &Target) -> Result<File, DeviceError> {
+pub fn open(target: &Target) -> Result<DirectReader, DeviceError> {
     open_path(&target.path)
 }
 
-/// Open a disk, partition or image for reading only. CLOEXEC keeps the
-/// descriptor out of any tool we spawn.
-pub fn open_path(path: &Path) -> Result<File, DeviceError> {
-    open_checked(path, OFlags::RDONLY | OFlags::CLOEXEC)
+/// Open a disk, partition or image for reading only, read as [`reader`]
+/// says. CLOEXEC keeps the descriptor out of any tool we spawn.
+pub fn open_path(path: &Path) -> Result<DirectReader, DeviceError> {
+    reader(open_checked(path, OFlags::RDONLY | OFlags::CLOEXEC)?, path)
+}
+
+/// Reads of `file`, opened from `path` for reading or writing, that see
+/// what is on the device (see [`DirectReader`]): a block device is opened
+/// again with O_DIRECT, through /proc/self/fd so that it is the same
+/// device whatever `path` names now. A device that refuses O_DIRECT
+/// (EINVAL) is read buffered with its cached pages dropped per read. An
+/// image keeps its page cache, which is its own.
+pub fn reader(file: File, path: &Path) -> Result<DirectReader, DeviceError> {
+    let io = |e: std::io::Error| DeviceError::from_io(path, e);
+    if !file.metadata().map_err(io)?.file_type().is_block_device() {
+        return Ok(DirectReader::cached(file));
+    }
+    let again = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC;
+    match rustix::fs::open(&again, flags, Mode::empty()) {
+        Ok(direct) => {
+            // Blocks of 4096 bytes are whole blocks of any smaller size too.
+            let block = ioctl::logical_block_size(&file).unwrap_or(4096);
+            DirectReader::direct(file, File::from(direct), block).map_err(io)
+        }
+        Err(Errno::INVAL) => Ok(DirectReader::uncached(file)),
+        Err(e) => Err(io(e.into())),
+    }
 }
 
 /// Open a block device or regular file with `flags`, checked before (see

@@ -3,8 +3,7 @@
 //! tool (nor the kernel) finds.
 
 use crate::device::{self, DeviceError, Overrides, Source, SysRoot, Target, TargetKind, Topology};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use crate::io::{DirectReader, ReadAt};
 use std::path::PathBuf;
 
 /// Why a target has no topology to plan on. The I/O error is in the
@@ -40,20 +39,21 @@ pub fn topology(
         check_readable(&file, target)?;
     }
     if let (TargetKind::Disk, Some(wanted)) = (target.kind, overrides.logical_sector_size) {
-        let reported = crate::open::topology(root, target, Some(&file), &Overrides::default())?
-            .logical_sector_size;
+        let reported =
+            crate::open::topology(root, target, Some(file.file()), &Overrides::default())?
+                .logical_sector_size;
         if reported.source != Source::Assumed && reported.value != wanted {
             let path = target.path.clone();
             return Err(TargetError::OtherLogicalSize { path, reported: reported.value, wanted });
         }
     }
-    Ok(crate::open::topology(root, target, Some(&file), overrides)?)
+    Ok(crate::open::topology(root, target, Some(file.file()), overrides)?)
 }
 
 /// Read where the sector size is found (the GPT header at byte 512 or
 /// 4096): an I/O error there is an error, not a blank image.
-fn check_readable(file: &File, target: &Target) -> Result<(), TargetError> {
-    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+fn check_readable(file: &DirectReader, target: &Target) -> Result<(), TargetError> {
+    let size = file.file().metadata().map(|m| m.len()).unwrap_or(0);
     let mut head = vec![0u8; size.min(8192) as usize];
     file.read_exact_at(&mut head, 0)
         .map_err(|error| TargetError::Unreadable { path: target.path.clone(), error })
