@@ -424,8 +424,23 @@ fn a_move_never_misaligns_what_the_kernel_aligned() {
     }
     let dir = lab::Dir::new();
     let image = dir.image("k1.img", 160 << 20);
-    let disks = [format!("scsi:512:4096:{}:k1", image.display())];
-    lab::run(&dir, &disks, "keep.sh", &[dir.rw().display().to_string(), "k1".into()]);
+    // A table for 512-byte sectors, as a disk out of its 512e enclosure.
+    let sized = dir.image("k2.img", 64 << 20);
+    let script = "label: dos\nstart=2048, size=40960\nstart=43008, size=40960\n";
+    common::run_stdin("sfdisk", &["-q", sized.to_str().unwrap()], Some(script));
+    let held = dir.image("k3.img", 64 << 20);
+    common::run_stdin(
+        "sfdisk",
+        &["-q", held.to_str().unwrap()],
+        Some("label: dos\nstart=2048, size=40960\n"),
+    );
+    let disks = [
+        format!("scsi:512:4096:{}:k1", image.display()),
+        format!("scsi:4096:4096:{}:k2", sized.display()),
+        format!("scsi:512:4096:{}:k3", held.display()),
+    ];
+    let args = [dir.rw().display().to_string(), "k1".into(), "k2".into(), "k3".into()];
+    lab::run(&dir, &disks, "keep.sh", &args);
     let rw = dir.rw();
     let text = |name: &str| std::fs::read_to_string(rw.join(name)).unwrap_or_default();
     let json = |name: &str| -> Value {
@@ -479,4 +494,29 @@ fn a_move_never_misaligns_what_the_kernel_aligned() {
     let clean = json("audit-after.json");
     let verdicts = clean["targets"][0]["partitions"].to_string();
     assert!(!verdicts.contains("\"misaligned\""), "{clean}");
+
+    // Issue 27, 5: the kernel reads the 512-byte table at 4096-byte LBAs
+    // (the second partition starts past the disk's end: dropped); blkalign
+    // names the mismatch and the rescale that fixes it.
+    let sized = json("sized.json");
+    assert_eq!(sized["kernel_starts_512"], serde_json::json!([2048 * 8]), "{sized}");
+    assert_eq!(sized["audit_exit"], 1, "{sized}");
+    let problems = json("sized-audit.json")["targets"][0]["problems"].to_string();
+    assert!(
+        problems.contains("table_sector_size") && problems.contains("--from 512"),
+        "{problems}"
+    );
+
+    // Issue 27, 2: a buffered read of the held disk's node still sees the
+    // partition empty after mkfs (the cache is stale); blkalign sees ext4.
+    let stale = json("stale.json");
+    assert_eq!(
+        (stale["before"].as_str(), stale["cached"].as_str()),
+        (Some("00000000"), Some("00000000")),
+        "{stale}"
+    );
+    let layers = json("stale-audit.json")["targets"][0]["partitions"][0]["layers"].to_string();
+    assert!(layers.contains("\"ext4\""), "{layers}");
+    let advice = json("stale-advise.json")["partitions"][0]["advice"].to_string();
+    assert!(!advice.contains("mkfs"), "{advice}");
 }

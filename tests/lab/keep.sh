@@ -14,9 +14,15 @@
 # Reopened: the kernel's alignment_offset of every mapping and the
 # partitions' starts (after.json), e2fsck -fn of both ext4s and the SHA-256
 # of a file written before the move.
+# Usage continued: SERIAL2 a 4096-byte disk holding a table written for
+# 512-byte sectors (sized.json: the kernel's partition starts beside the
+# audit); SERIAL3 a 512e disk held open with its first partition's bytes
+# cached through the disk node while mkfs.ext4 writes through the
+# partition's (stale.json: what a buffered read of the disk node sees, and
+# the audit).
 set -euo pipefail
 BLKALIGN=$(lab_local "$BLKALIGN")
-out=$1 d=$(lab_disk "$2")
+out=$1 d=$(lab_disk "$2") sized=$(lab_disk "$3") held=$(lab_disk "$4")
 exec 2>"$out/build.err"
 trap 'status=$?; [ "$status" -eq 0 ] || cat "$out/build.err"; exit "$status"' EXIT
 export BLKALIGN_STATE_DIR=/tmp/state
@@ -26,7 +32,8 @@ sgdisk -Z "$d" >/dev/null 2>&1 || true
 printf 'label: dos\nstart=63, size=81920\nstart=83969, size=81920\nstart=167937, size=81920\n' |
   sfdisk -q "$d"
 lab_settle
-part() { echo "$d$([ -e "${d}p1" ] && echo p || true)$1"; }
+part_of() { echo "$1$([ -e "${1}p1" ] && echo p || true)$2"; }
+part() { part_of "$d" "$1"; }
 luks() { cryptsetup luksFormat -q --type luks2 --pbkdf pbkdf2 --pbkdf-force-iterations 1000 "$@" -; }
 printf 'lab' | luks "$(part 1)"
 printf 'lab' | luks --offset 32768 "$(part 3)"
@@ -106,3 +113,23 @@ printf '{"exit": %s, "offsets": %s, "starts": %s, "fsck": %s, "file_intact": %s}
   "$(offsets kept keepvg-lv off)" "$(starts)" "$fsck" "$same" >"$out/after.json"
 close_all
 "$BLKALIGN" audit --json "$d" >"$out/audit-after.json" 2>>"$out/audit.err" || true
+
+# A 512-byte table on a 4096-byte disk: what the kernel made of it.
+name=${sized#/dev/}
+kstarts=$(for p in /sys/block/"$name"/"$name"*; do [ -e "$p/start" ] && cat "$p/start"; done | paste -sd, -)
+code=0
+"$BLKALIGN" audit --json "$sized" >"$out/sized-audit.json" 2>>"$out/audit.err" || code=$?
+printf '{"kernel_starts_512": [%s], "audit_exit": %s}\n' "$kstarts" "$code" >"$out/sized.json"
+
+# The disk's page cache goes stale when a partition's node is written.
+exec 3<"$held"
+stale() { dd if="$held" bs=512 skip=$((2048 + 2)) count=1 2>/dev/null | od -An -tx1 | tr -d ' \n' | head -c 8; }
+before=$(stale)
+mkfs.ext4 -q -F "$(part_of "$held" 1)"
+cached=$(stale)
+code=0
+"$BLKALIGN" audit --json "$held" >"$out/stale-audit.json" 2>>"$out/audit.err" || code=$?
+"$BLKALIGN" advise --json "$held" >"$out/stale-advise.json" 2>>"$out/audit.err" || true
+printf '{"before": "%s", "cached": "%s", "audit_exit": %s}\n' "$before" "$cached" "$code" \
+  >"$out/stale.json"
+exec 3<&-
