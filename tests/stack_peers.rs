@@ -2,7 +2,8 @@
 //! mkfs.* with dumpe2fs, xfs_db, btrfs, fsck.vfat, dump.exfat and ntfsinfo;
 //! pvcreate/vgcreate/lvcreate with pvs and lvs; cryptsetup luksFormat with
 //! luksDump; md superblocks laid out from the published format with
-//! mdadm --examine; ZFS labels with blkid. blkalign must find exactly
+//! mdadm --examine; make-bcache with bcache-super-show; ZFS labels with
+//! blkid. blkalign must find exactly
 //! where each layer's data starts, at aligned and misaligned partition
 //! starts, in images and on 512 and 4096-byte sector loop devices.
 
@@ -1132,12 +1133,12 @@ fn layers_off_only_because_their_partition_is_get_realign_first() {
 
 /// bcache superblocks made by make-bcache on partitions of a loop device
 /// (backing devices with the default, an odd and a 1 MiB data offset, a
-/// cache device), each read back by `bcache-super-show`; an ext4 in a
+/// cache device), each read back by `bcache-super-show` and `blkid -p`; an ext4 in a
 /// backing device's data area (what /dev/bcacheN shows) is found above it,
 /// 512 bytes off in a partition at LBA 40961.
 #[test]
 fn bcache_superblocks_and_what_they_hold() {
-    if !needs(true, &["make-bcache", "bcache-super-show", "sfdisk", "losetup", "partx"]) {
+    if !needs(true, &["make-bcache", "bcache-super-show", "blkid", "sfdisk", "losetup", "partx"]) {
         return;
     }
     let cases: [&[&str]; 4] = [
@@ -1157,6 +1158,8 @@ fn bcache_superblocks_and_what_they_hold() {
         let node = node.to_str().expect("utf-8");
         run("make-bcache", &[*args, &[node]].concat());
         let show = out("bcache-super-show", &[node]);
+        // libblkid checks the magic, the recorded sector and the checksum too.
+        assert_eq!(out("blkid", &["-p", "-o", "value", "-s", "TYPE", node]).trim(), "bcache");
         let found = layers(&image.path, start * 512, size * 512);
         let layer = &found[0];
         let Details::Bcache {

@@ -66,8 +66,8 @@ fn down(root: &SysRoot, name: &str, depth: u32) -> Vec<Origin> {
                 (0, s, read_number(&offset).and_then(|o| o.checked_mul(SECTOR)))
             })
             .collect()
-    } else if dir.join("bcache").is_dir() {
-        bcache_map(root, &dir).into_iter().collect()
+    } else if let Some(map) = bcache_map(root, &dir, &slaves) {
+        vec![map]
     } else if dir.join("dm").is_dir() {
         dm_maps(root, &dir).unwrap_or_else(|| slaves.into_iter().map(|s| (0, s, None)).collect())
     } else {
@@ -119,10 +119,14 @@ fn leaf(dir: &Path, name: &str) -> Origin {
 /// A bcache device maps its backing device (`bcache/` links into the
 /// backing device's own `bcache/`) from `data_offset`, which sysfs does not
 /// show: the kernel sizes bcacheN as the backing device less it. Its other
-/// slaves are cache devices, which hold only copies.
-fn bcache_map(root: &SysRoot, dir: &Path) -> Option<(u64, String, Option<u64>)> {
+/// slaves are cache devices, which hold only copies. None for anything
+/// else, a flash-only volume (whose `bcache/` is its own) among them.
+fn bcache_map(root: &SysRoot, dir: &Path, slaves: &[String]) -> Option<(u64, String, Option<u64>)> {
     let backing = fs::canonicalize(dir.join("bcache")).ok()?;
     let name = backing.parent()?.file_name()?.to_str()?.to_string();
+    if !slaves.contains(&name) {
+        return None;
+    }
     let size = |dir: &Path| read_number(&dir.join("size"));
     let offset = size(&class_dir(root, &name))
         .and_then(|whole| whole.checked_sub(size(dir)?))
@@ -298,6 +302,16 @@ mod tests {
             found.iter().map(|o| (o.disk.as_str(), o.disk_offset_bytes)).collect();
         assert_eq!(at, [("sda", Some((63 + 16) * 512))]);
         assert_eq!(found[0].via, ["bcache0", "sda1"]);
+        // A flash-only volume: its bcache/ is its own, its slave the cache.
+        fs::create_dir_all(sys.join("block/bcache1/bcache")).unwrap();
+        fs::create_dir_all(sys.join("block/bcache1/slaves/sdb1")).unwrap();
+        symlink("../../block/bcache1", sys.join("class/block/bcache1")).unwrap();
+        let found = origins(&root, "bcache1");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].via.as_slice(), found[0].disk_offset_bytes),
+            (&["bcache1".to_string(), "sdb1".to_string()][..], None)
+        );
     }
 
     #[test]
