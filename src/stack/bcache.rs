@@ -263,6 +263,29 @@ mod tests {
         assert!(present(&region(&img)).is_none());
     }
 
+    proptest::proptest! {
+        /// Random superblocks that pass the checks before the fields (the
+        /// magic, the sector, the checksum), in regions of any size.
+        #[test]
+        fn sealed_random_superblocks_never_panic(
+            sb in proptest::collection::vec(proptest::prelude::any::<u8>(), 4096),
+            keys in 0u16..300,
+            size in 0u64..1 << 20,
+        ) {
+            let mut img = vec![0u8; 8192];
+            img[4096..].copy_from_slice(&sb);
+            img[4096 + 8..4096 + 16].copy_from_slice(&8u64.to_le_bytes());
+            img[4096 + 24..4096 + 40].copy_from_slice(&MAGIC);
+            img[4096 + 206..4096 + 208].copy_from_slice(&keys.to_le_bytes());
+            seal(&mut img);
+            img.resize(1 << 20, 0);
+            let _ = walk(&img, 0, size);
+            if let Some(sb) = present(&region(&img)) {
+                let _ = parse(&sb);
+            }
+        }
+    }
+
     #[test]
     fn cache_device_is_a_leaf() {
         let mut img = vec![0u8; 1 << 20];
