@@ -4,8 +4,9 @@
 # pvcreate: needs root and its test binary), parted's bsd/sun/dvh/mac/
 # atari/amiga labels and fdisk's nested BSD label (as tests/schemes_peers.rs makes
 # them), mkfs.* file systems, cryptsetup's LUKS1/2, pvcreate/vgcreate/
-# lvcreate on a loop device (root), md superblocks and ZFS labels written
-# as tests/stack_peers.rs writes them, `sfdisk -d` scripts, and the journal
+# lvcreate on a loop device (root), make-bcache's backing and cache
+# devices, md superblocks and ZFS labels written as tests/stack_peers.rs
+# writes them, `sfdisk -d` scripts, and the journal
 # of a real `blkalign realign` move. Each image is packed by fuzz/pack.py
 # (its non-zero runs, at most 48 KiB) into fuzz/seeds/TARGET/, once as is
 # and once asking the target to fix up checksums after mutation.
@@ -177,6 +178,19 @@ for version in 0.90 1.0 1.1 1.2; do
   python3 "$pack" md $version md$version.img
   seed "md$version" md$version.img "md stack_walk"
 done
+
+what="bcache superblocks by make-bcache"
+if needs make-bcache; then
+  fresh bcache_backing.img 64M
+  make-bcache -B --data-offset 17 bcache_backing.img >/dev/null
+  if command -v mkfs.ext4 >/dev/null; then
+    mkfs.ext4 -q -F -E offset=$((17 * 512)) bcache_backing.img 16M
+  fi
+  seed bcache_backing bcache_backing.img "bcache stack_walk"
+  fresh bcache_cache.img 64M
+  make-bcache -C -b 256k bcache_cache.img >/dev/null
+  seed bcache_cache bcache_cache.img "bcache stack_walk"
+fi
 
 what="ZFS labels"
 for ashift in 9 12; do

@@ -40,6 +40,10 @@ pub enum BackupError {
     Open { path: PathBuf, source: io::Error },
     #[error("{}: {source}", path.display())]
     Io { path: PathBuf, source: io::Error },
+    #[error("{}: no such file or directory", .0.display())]
+    Missing(PathBuf),
+    #[error("{} is not a blkalign backup: no sidecar {}.json beside it", .0.display(), .0.display())]
+    NotABackup(PathBuf),
     #[error("{} is not a blkalign backup sidecar", path.display())]
     NotASidecar { path: PathBuf, source: serde_json::Error },
     #[error("{}: made by a newer blkalign (format {format})", path.display())]
@@ -445,8 +449,12 @@ fn read_sidecar(given: &Path) -> Result<(PathBuf, Sidecar), BackupError> {
         None => given.to_path_buf(),
     };
     let json = sidecar_path(&bin);
-    let text =
-        read_bounded(&json).map_err(|source| BackupError::Read { path: json.clone(), source })?;
+    let text = read_bounded(&json).map_err(|source| match source.kind() {
+        // Whatever the file is, without its sidecar it is no backup.
+        io::ErrorKind::NotFound if given.exists() => BackupError::NotABackup(bin.clone()),
+        io::ErrorKind::NotFound => BackupError::Missing(given.to_path_buf()),
+        _ => BackupError::Read { path: json.clone(), source },
+    })?;
     let sidecar = Sidecar::parse(&text, &json)?;
     Ok((bin, sidecar))
 }

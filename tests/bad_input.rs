@@ -437,3 +437,25 @@ fn fill(path: &Path, len: u64) {
     std::io::copy(&mut std::io::repeat(0).take(len), &mut file).expect("fill");
     file.flush().expect("flush");
 }
+
+/// Found by a user: `restore` of a file that is not a backup said
+/// "reading X.json: No such file"; a missing one is named as every command
+/// names a missing path.
+#[test]
+fn restore_says_what_is_not_a_backup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("disk.img");
+    std::fs::write(&plain, b"not a backup").expect("write");
+    let plain = str_of(&plain);
+    let err = refused(&["restore", plain]);
+    assert_eq!(
+        err,
+        format!("blkalign: {plain} is not a blkalign backup: no sidecar {plain}.json beside it\n")
+    );
+    let gone = dir.path().join("gone.bin");
+    let gone = str_of(&gone);
+    assert_eq!(
+        refused(&["restore", gone]),
+        format!("blkalign: {gone}: no such file or directory\n")
+    );
+}

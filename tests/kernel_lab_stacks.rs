@@ -14,6 +14,11 @@
 //! down disagree, which blkalign must show). `audit` of the disks finds the
 //! same devices up the partitions' holders, and the layers its header walk
 //! finds start where the kernel maps them.
+//!
+//! bcache0 on a backing device (make-bcache -B) in a partition at an odd
+//! LBA: its byte 0 lies `data_offset` (`bcache-super-show`) past the
+//! partition's start, 512 bytes off, which `audit /dev/bcache0` must say
+//! whatever the kernel's own `alignment_offset` for it (printed).
 
 mod common;
 
@@ -31,7 +36,16 @@ fn live_stacks_agree_with_the_kernel_and_the_peers() {
     if !lab::ready()
         || !common::needs(
             true,
-            &["mdadm", "cryptsetup", "pvcreate", "dmsetup", "sgdisk", "mkfs.ext4"],
+            &[
+                "mdadm",
+                "cryptsetup",
+                "pvcreate",
+                "dmsetup",
+                "sgdisk",
+                "mkfs.ext4",
+                "make-bcache",
+                "bcache-super-show",
+            ],
         )
     {
         return;
@@ -90,12 +104,17 @@ fn live_stacks_agree_with_the_kernel_and_the_peers() {
     {
         failures.extend(view.check_partitions(path, k));
     }
+    failures.extend(check_bcache(&json("bcache.json"), &json("audit-bcache.json"), &view, &text));
     // Something is misaligned, nothing unchecked.
     if kernel["audit_exit"] != 1 {
         failures.push(format!("audit exited {}: {}", kernel["audit_exit"], text("audit.err")));
     }
     let human = text("human.txt");
-    for line in ["stack: md0 → ", "misaligned: 3584 bytes past a 4096-byte physical boundary"] {
+    for line in [
+        "stack: md0 → ",
+        "misaligned: 3584 bytes past a 4096-byte physical boundary",
+        "stack: bcache0 → ",
+    ] {
         if !human.contains(line) {
             failures.push(format!("the human report lacks {line:?}:\n{human}"));
         }
@@ -104,6 +123,59 @@ fn live_stacks_agree_with_the_kernel_and_the_peers() {
         failures.push(format!("the human report does not show the dm-linear's holder:\n{human}"));
     }
     assert!(failures.is_empty(), "{} disagreements:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// bcache0's way down: onto its backing partition at `data_offset`
+/// (`bcache-super-show`'s dev.data.first_sector), 512 bytes off.
+fn check_bcache(
+    kernel: &Value,
+    audit: &Value,
+    view: &View,
+    text: &dyn Fn(&str) -> String,
+) -> Vec<String> {
+    let k = &kernel["bcache0"];
+    println!(
+        "bcache0: the kernel's alignment_offset {}, physical_block_size {}, slaves {}",
+        k["alignment_offset"], k["physical"], k["slaves"]
+    );
+    let show = text("bcache-super-show.txt");
+    let first_sector = show.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix("dev.data.first_sector")?
+            .split_whitespace()
+            .next()?
+            .parse::<u64>()
+            .ok()
+    });
+    let backing = k["slaves"][0].as_str().unwrap_or_default();
+    let Some((disk, start, _)) = view.partitions.get(backing) else {
+        return vec![format!("bcache0: its slave {backing:?} is no partition the kernel lists")];
+    };
+    let Some(expected) = first_sector.map(|s| start + s * 512) else {
+        return vec![format!("bcache-super-show printed no data offset:\n{show}")];
+    };
+    let t = &audit["targets"][0];
+    let stack = t["stack"].as_array().cloned().unwrap_or_default();
+    let way = |o: &Value| {
+        o["disk"] == disk.as_str()
+            && o["via"].as_array().and_then(|v| v.last()) == Some(&Value::from(backing))
+            && o["disk_offset_bytes"] == expected
+            && o["misalignment_bytes"] == expected % PHYSICAL
+            && o["verdict"] == "misaligned"
+    };
+    let mut out = Vec::new();
+    if expected % PHYSICAL != 512 || stack.len() != 1 || !way(&stack[0]) {
+        out.push(format!(
+            "bcache0: blkalign's stack {stack:?}; the peers put it on {disk} at byte {expected}"
+        ));
+    }
+    if kernel["audit_exit"] != 1 {
+        out.push(format!("audit /dev/bcache0 exited {}", kernel["audit_exit"]));
+    }
+    if t["layers"].as_array().is_none_or(|l| !l.iter().any(|l| l["name"] == "ext4")) {
+        out.push(format!("bcache0: the ext4 made on it not found: {}", summary(&t["layers"])));
+    }
+    out
 }
 
 /// What the peers printed in the guest.

@@ -510,9 +510,16 @@ fn advise_on_an_image_names_nodes_that_exist() {
     assert!(first.contains(&realign), "{text}");
     assert!(text.contains("mkfs.ext4 -b 4096 ${dev}p1"), "{text}");
     assert!(text.contains("mkswap ${dev}p6"), "swap gets mkswap: {text}");
+    // Found by a user: raw output wrote the commands' blanks as \x20.
     let (_, raw) = output(&["advise", "-rn", "-o", "NR,COMMAND", image.str()]);
     let whole = raw.lines().find(|l| l.starts_with("1 dev=$(losetup")).expect("a command");
-    assert!(whole.contains("mkfs.ext4\\x20-b\\x204096\\x20${dev}p1"), "{raw}");
+    assert!(whole.contains("mkfs.ext4 -b 4096 ${dev}p1"), "{raw}");
+    assert!(!raw.contains("\\x"), "{raw}");
+    for line in raw.lines() {
+        let command = line.split_once(' ').map_or("", |(_, c)| c);
+        let check = std::process::Command::new("sh").args(["-n", "-c", command]).status();
+        assert!(check.expect("sh").success(), "not shell: {command}");
+    }
 }
 
 /// Every command's --help fits 80 columns, on a terminal or a pipe.

@@ -247,6 +247,77 @@ fn sfdisk_dump_with_a_primary_after_the_extended() {
     check_peers(ours.str(), &plan_script(ours.str(), PRIMARY_AFTER_EXTENDED));
 }
 
+/// Found by a user: an old fdisk dump (an extended partition from near LBA
+/// 63 to the disk's end, logicals in it) could not be replayed on a disk of
+/// the same size: the extended partition kept its size from a start rounded
+/// up to 1 MiB and ran past the end; `--json` printed nothing. It now holds
+/// just its logicals; when they cannot fit, the error (in the JSON too)
+/// names the partition and the size that fits, and the dump so reduced is
+/// written and read back by sfdisk with every other size kept.
+#[test]
+fn old_fdisk_dump_with_logicals_from_lba_63() {
+    if !needs(false, &["sfdisk", "parted"]) {
+        return;
+    }
+    let old = |last: &str| {
+        let script = format!(
+            "label: dos\nstart=63, size=40000, type=83\nstart=40063, type=5\n\
+             start=40126, size=60000, type=83\nstart=100189, {last}type=82\n"
+        );
+        let disk = Image::sfdisk(100 * MIB, &script);
+        String::from_utf8_lossy(&run("sfdisk", &["-d", disk.str()]).stdout).into_owned()
+    };
+    // Room at the end for the logicals' shift.
+    let dump = old("size=96000, ");
+    assert!(dump.contains("type=5"), "{dump}");
+    let ours = Image::new(100 * MIB);
+    let plan = plan_script(ours.str(), &dump);
+    let sizes: Vec<_> = planned(&plan).iter().map(|&(n, _, size, _)| (n, size)).collect();
+    assert_eq!(sizes, [(1, 40000), (2, 159488), (5, 60000), (6, 96000)], "{plan}");
+    blkalign()
+        .args(["partition", ours.str(), "--yes", "--script", "-", "--backup"])
+        .arg(ours.path.with_extension("bak"))
+        .write_stdin(dump.as_str())
+        .assert()
+        .success();
+    check_peers(ours.str(), &plan);
+
+    // The last logical to the disk's end: it cannot keep its size.
+    let dump = old("");
+    let fresh = Image::new(100 * MIB);
+    let out = blkalign()
+        .args(["plan", fresh.str(), "--json", "--script", "-"])
+        .write_stdin(dump.as_str())
+        .output()
+        .expect("plan");
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    common::check_schema("plan", &text);
+    let error = serde_json::from_str::<Value>(&text).expect("json")["error"].clone();
+    let error = error.as_str().expect("error").to_string();
+    assert!(error.contains("partition 6 does not fit"), "{error}");
+    let fits: u64 = error
+        .split("at most ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no size that fits: {error}"));
+    let line = dump.lines().find(|l| l.contains("type=82")).expect("partition 6");
+    let size = line.split("size=").nth(1).and_then(|t| t.split(',').next()).expect("size");
+    let reduced = dump.replace(line, &line.replace(size, &format!("{fits:>12}")));
+    let plan = plan_script(fresh.str(), &reduced);
+    blkalign()
+        .args(["partition", fresh.str(), "--yes", "--script", "-", "--backup"])
+        .arg(fresh.path.with_extension("bak"))
+        .write_stdin(reduced.as_str())
+        .assert()
+        .success();
+    check_peers(fresh.str(), &plan);
+    let sizes: Vec<_> = sfdisk_partitions(fresh.str()).iter().map(|p| (p.0, p.2)).collect();
+    assert_eq!(sizes[0], (1, 40000));
+    assert_eq!(sizes[2..], [(5, 60000), (6, fits)]);
+}
+
 #[test]
 fn dry_run_and_refusals_write_nothing() {
     let img = Image::new(64 * MIB);

@@ -119,14 +119,41 @@ fn ctrl_c_stops_between_chunks_and_names_the_command_that_finishes() {
     assert_eq!(words[0], "blkalign");
     let rerun = blkalign(&words[1..]);
     assert_eq!(rerun.status.code(), Some(0), "{}", text(&rerun));
-    assert!(text(&rerun).contains("resuming the move"), "{}", text(&rerun));
+    // Found by a user: "(Copying, …)", then "nothing to move" after moving.
+    let said = text(&rerun);
+    assert!(said.contains("resuming the copy of partition 1 at "), "{said}");
+    assert!(!said.contains("Copying") && !said.contains("nothing to move"), "{said}");
     assert_eq!(moved_intact(&image), (2048, true));
     let audit = blkalign(&["audit", img]);
     assert_eq!(audit.status.code(), Some(0), "{}", text(&audit));
 
-    // Finished: listed by the dry run, deleted with --yes.
+    // Another disk's finished move, journaled in the journal directory.
+    let other = dir.path().join("other.img");
+    File::create(&other).unwrap().set_len(16 << 20).unwrap();
+    let mut mbr = [0u8; 512];
+    mbr[446 + 4] = 0x83;
+    mbr[446 + 8..446 + 12].copy_from_slice(&(OLD_START as u32).to_le_bytes());
+    mbr[446 + 12..446 + 16].copy_from_slice(&8000u32.to_le_bytes());
+    mbr[510..].copy_from_slice(&[0x55, 0xAA]);
+    File::options().write(true).open(&other).unwrap().write_all_at(&mbr, 0).unwrap();
+    std::fs::create_dir_all(state.join("journals")).unwrap();
+    let elsewhere = state.join("journals/other.journal");
+    let moved = blkalign(&[
+        "realign",
+        other.to_str().unwrap(),
+        "--yes",
+        "--journal",
+        elsewhere.to_str().unwrap(),
+    ]);
+    assert_eq!(moved.status.code(), Some(0), "{}", text(&moved));
+
+    // Finished: listed by the dry run, deleted with --yes; another disk's
+    // journal is not TARGET's (found by a user), but listed without one.
     let dry = blkalign(&["realign", "--clean", img]);
     assert!(text(&dry).contains(&format!("would remove {}", journal.display())), "{}", text(&dry));
+    assert!(!text(&dry).contains("other.journal"), "{}", text(&dry));
+    let all = blkalign(&["realign", "--clean"]);
+    assert!(text(&all).contains("other.journal"), "{}", text(&all));
     assert!(journal.exists(), "the dry run deleted");
     let clean = blkalign(&["realign", "--clean", img, "--yes"]);
     assert_eq!(clean.status.code(), Some(0), "{}", text(&clean));

@@ -2,7 +2,8 @@
 //! mkfs.* with dumpe2fs, xfs_db, btrfs, fsck.vfat, dump.exfat and ntfsinfo;
 //! pvcreate/vgcreate/lvcreate with pvs and lvs; cryptsetup luksFormat with
 //! luksDump; md superblocks laid out from the published format with
-//! mdadm --examine; ZFS labels with blkid. blkalign must find exactly
+//! mdadm --examine; make-bcache with bcache-super-show; ZFS labels with
+//! blkid. blkalign must find exactly
 //! where each layer's data starts, at aligned and misaligned partition
 //! starts, in images and on 512 and 4096-byte sector loop devices.
 
@@ -1286,4 +1287,80 @@ fn audit_and_advise_see_a_file_system_made_through_the_partition_node() {
     let advised = advice(disk.str());
     assert!(advised[0].iter().all(|(_, command)| !command.contains("mkfs")), "{advised:?}");
     drop(held);
+}
+
+/// bcache superblocks made by make-bcache on partitions of a loop device
+/// (backing devices with the default, an odd and a 1 MiB data offset, a
+/// cache device), each read back by `bcache-super-show` and `blkid -p`; an ext4 in a
+/// backing device's data area (what /dev/bcacheN shows) is found above it,
+/// 512 bytes off in a partition at LBA 40961.
+#[test]
+fn bcache_superblocks_and_what_they_hold() {
+    if !needs(true, &["make-bcache", "bcache-super-show", "blkid", "sfdisk", "losetup", "partx"]) {
+        return;
+    }
+    let cases: [&[&str]; 4] = [
+        &["-B"],
+        &["-B", "--data-offset", "17", "-w", "4096"],
+        &["-B", "--data-offset", "2048", "-w", "4096"],
+        &["-C", "-b", "256k", "-w", "4096"],
+    ];
+    let size = 32 * MIB / 512;
+    let starts = [40961, 40961 + size + 7, 40961 + 2 * size + 15, 40961 + 3 * size + 23];
+    let script: String = starts.iter().map(|s| format!("start={s}, size={size}\n")).collect();
+    let image = Image::sfdisk(200 * MIB, &format!("label: dos\n{script}"));
+    let lo = Loop::attach(&image.path, 512);
+    lo.add_partitions(cases.len() as u32);
+    for (i, (args, start)) in cases.iter().zip(starts).enumerate() {
+        let node = lo.partition(i as u32 + 1);
+        let node = node.to_str().expect("utf-8");
+        run("make-bcache", &[*args, &[node]].concat());
+        let show = out("bcache-super-show", &[node]);
+        // libblkid checks the magic, the recorded sector and the checksum too.
+        assert_eq!(out("blkid", &["-p", "-o", "value", "-s", "TYPE", node]).trim(), "bcache");
+        let found = layers(&image.path, start * 512, size * 512);
+        let layer = &found[0];
+        let Details::Bcache {
+            version,
+            device,
+            data_offset_bytes,
+            block_bytes,
+            bucket_bytes,
+            uuid,
+            set_uuid,
+        } = &layer.details
+        else {
+            panic!("{args:?}: not bcache: {found:?}")
+        };
+        assert_eq!(*version, number(&show, "sb.version"), "{args:?}");
+        let first =
+            if args[0] == "-B" { "dev.data.first_sector" } else { "dev.cache.first_sector" };
+        assert_eq!(*data_offset_bytes, number(&show, first) * 512, "{args:?}");
+        assert_eq!(*block_bytes, number(&show, "dev.sectors_per_block") * 512, "{args:?}");
+        assert_eq!(*bucket_bytes, number(&show, "dev.sectors_per_bucket") * 512, "{args:?}");
+        assert_eq!((uuid, set_uuid), (&field(&show, "dev.uuid"), &field(&show, "cset.uuid")));
+        assert_eq!(layer.absolute_offset_bytes, start * 512 + data_offset_bytes);
+        if args[0] == "-C" {
+            assert_eq!(*device, "cache");
+            assert_eq!(layer.size_bytes, Some(number(&show, "dev.cache.total_sectors") * 512));
+            assert_eq!(found.len(), 1, "a cache holds no layers: {found:?}");
+        } else {
+            assert_eq!(*device, "backing");
+            assert_eq!(layer.size_bytes, Some(size * 512 - data_offset_bytes));
+        }
+    }
+    drop(lo);
+    // The case: the default 16-sector data offset at LBA 40961.
+    if needs(false, &["mkfs.ext4"]) {
+        let at = (starts[0] + 16) * 512;
+        run("mkfs.ext4", &["-q", "-F", "-E", &format!("offset={at}"), image.str(), "16M"]);
+        let found = layers(&image.path, starts[0] * 512, size * 512);
+        let summary: Vec<(Kind, u32, u64)> =
+            found.iter().map(|l| (l.kind, l.depth, l.absolute_offset_bytes)).collect();
+        assert_eq!(summary, [(Kind::Bcache, 0, at), (Kind::Ext, 1, at)]);
+        let verdict = judge(&found[0], 4096, 0, None);
+        assert_eq!((verdict.verdict, verdict.misalignment_bytes), (Class::Misaligned, 512));
+        // make-bcache -B picked 512-byte blocks on a 512-byte loop device.
+        assert!(verdict.finding.expect("finding").contains("make-bcache -w 4096"));
+    }
 }

@@ -53,6 +53,7 @@ pub fn audit(img: &mut Image) {
 pub fn walk(img: &mut Image, offset: u64, len: u64) -> Vec<Layer> {
     if img.reseal() {
         reseal::lvm(img, offset);
+        reseal::bcache(img, offset);
     }
     let layers = stack::walk(img, offset, len);
     for layer in &layers {

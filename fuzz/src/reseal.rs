@@ -146,6 +146,36 @@ pub fn lvm(img: &mut Image, base: u64) {
     }
 }
 
+/// bcache's CRC-64: ECMA-182 polynomial, not reflected, all ones in and out.
+fn bcache_crc(data: &[u8]) -> u64 {
+    let mut crc = !0u64;
+    for &byte in data {
+        crc ^= u64::from(byte) << 56;
+        for _ in 0..8 {
+            crc = if crc >> 63 != 0 { crc << 1 ^ 0x42f0_e1eb_a9ea_3693 } else { crc << 1 };
+        }
+    }
+    !crc
+}
+
+const BCACHE_MAGIC: [u8; 16] = [
+    0xc6, 0x85, 0x73, 0xf6, 0x4e, 0x1a, 0x45, 0xca, 0x82, 0x65, 0xf5, 0x7f, 0x48, 0xba, 0x6d, 0x81,
+];
+
+/// A bcache superblock at byte 4096 past `base`: its checksum, over bytes
+/// 8 up to the last journal bucket it lists.
+pub fn bcache(img: &mut Image, base: u64) {
+    let Some(at) = base.checked_add(4096) else { return };
+    let Some(mut sb) = img.bytes(at, 4096) else { return };
+    if sb[24..40] != BCACHE_MAGIC {
+        return;
+    }
+    let keys = usize::from(le_u16(&sb, 206)).min(256);
+    let crc = bcache_crc(&sb[8..208 + 8 * keys]);
+    sb[..8].copy_from_slice(&crc.to_le_bytes());
+    img.write_at(at, &sb);
+}
+
 /// (offset, size) of each metadata area the PV header lists.
 fn metadata_areas(label: &[u8]) -> Vec<(u64, u64)> {
     let mut pos = le_u32(label, 20) as usize + 40;

@@ -393,6 +393,25 @@ fn layer_fix(
             "md",
             format!("{said} recreate the array with `mdadm --create --data-offset=` a multiple of {} KiB; {RECREATE}", io.physical / 1024),
         ),
+        Details::Bcache { device: "backing", .. } => Advice::note(
+            "bcache",
+            format!(
+                "{said} the data offset and block size are fixed when the backing device is made: \
+                 stop /dev/bcacheN, copy its data off, `make-bcache -B --data-offset {} -w {} \
+                 --wipe-bcache {dev}` (sectors of 512 bytes; block size in bytes), copy it back",
+                lvm_alignment(io).max(io.physical) / 512,
+                io.physical
+            ),
+        ),
+        Details::Bcache { .. } => Advice::note(
+            "bcache",
+            format!(
+                "{said} a cache device holds only copies: detach it from its cache set (dirty \
+                 data is written back first), `make-bcache -C -w {} --wipe-bcache {dev}`, attach \
+                 it again",
+                io.physical
+            ),
+        ),
         Details::Zfs { .. } => Advice::note(
             "zfs",
             format!(
@@ -449,6 +468,17 @@ fn in_place(dev: &str, io: &IoSizes, c: &Contents) -> Advice {
             "md",
             format!("mdadm --examine {dev}"),
             format!("the Data Offset should be a multiple of {} bytes; {RECREATE}", io.physical),
+        ),
+        Kind::Bcache => Advice::run(
+            "bcache",
+            format!("bcache-super-show {dev}"),
+            format!(
+                "dev.data.first_sector (dev.cache.first_sector for a cache) times 512 should be a \
+                 multiple of {0} bytes and dev.sectors_per_block at least {1}; both are fixed \
+                 by make-bcache (--data-offset, -w {0}); {RECREATE}",
+                io.physical,
+                io.physical / 512
+            ),
         ),
         Kind::Swap => Advice::note("swap", "swap has no alignment settings: nothing to change"),
         _ => Advice::note(c.name, format!("{} fixes its layout when made; {RECREATE}", c.name)),
@@ -779,6 +809,7 @@ mod tests {
             (Kind::Swap, "swap"),
             (Kind::Ntfs, "ntfs"),
             (Kind::Md, "linux_raid_member"),
+            (Kind::Bcache, "bcache"),
         ] {
             let a = advise_on("/dev/sda1", "sda", &raid, &holding(kind, name));
             assert!(a.iter().all(|x| !x.destroys_data), "{name}: {a:?}");

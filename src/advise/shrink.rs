@@ -101,6 +101,15 @@ fn shrink(
             "shrink what the array holds, then `mdadm --grow /dev/mdN --size=KIB`, KIB being at \
              most {kib} less the data offset `mdadm --examine` shows for it"
         )),
+        Kind::Bcache if contents.size_bytes.is_some() => Shrink::Say(format!(
+            "a bcache cache device's bucket count is fixed: detach it from its cache set (`echo 1 \
+             > /sys/block/bcacheN/bcache/detach` flushes dirty data), then remake it at most \
+             {target} bytes with make-bcache -C"
+        )),
+        Kind::Bcache => Shrink::Say(format!(
+            "shrink what /dev/bcacheN holds by {missing_bytes} bytes; a backing device's data \
+             runs to the partition's end, so bcache follows the new size"
+        )),
         Kind::Zfs => Shrink::Say(format!(
             "a ZFS vdev cannot shrink: move the pool's data to a new vdev at most {target} bytes \
              (zpool attach, then detach this one, or send and receive)"

@@ -146,7 +146,7 @@ struct Row<'a> {
 
 /// The columns `advise` can print (`-o`).
 fn columns<'a>() -> Vec<Column<Row<'a>>> {
-    use Kind::{Free, Number, Text};
+    use Kind::{Command, Free, Number, Text};
     let column = Column::<Row<'a>>::new;
     vec![
         column("NAME", PARTITION_NAME_ABOUT, Text, |r, _| {
@@ -170,7 +170,7 @@ fn columns<'a>() -> Vec<Column<Row<'a>>> {
             Text,
             |r, _| (if r.advice.destroys_data { "yes" } else { "no" }).to_string(),
         ),
-        column("COMMAND", "what to run (empty for something only to know)", Text, |r, _| {
+        column("COMMAND", "what to run (empty for something only to know)", Command, |r, _| {
             let attached = r.advice.attached.as_ref().filter(|_| r.attached);
             attached.or(r.advice.command.as_ref()).cloned().unwrap_or_default()
         }),

@@ -143,11 +143,15 @@ fn page(cmd: &clap::Command, top: bool) -> anyhow::Result<String> {
     man.render(&mut out)?;
     let standard = String::from_utf8(out)?;
 
+    // A command's own "Exit status:" paragraph goes under EXIT STATUS.
+    let text = examples.unwrap_or_default();
+    let (own, rest): (Vec<&str>, Vec<&str>) =
+        text.split("\n\n").partition(|p| p.starts_with("Exit status:"));
     let mut extra = Roff::new();
-    if let Some(text) = &examples {
-        examples_section(&mut extra, text);
+    if !rest.concat().trim().is_empty() {
+        examples_section(&mut extra, &rest.join("\n\n"));
     }
-    exit_status_section(&mut extra);
+    exit_status_section(&mut extra, own.first().copied());
     see_also_section(&mut extra, top);
     // Both renderings open with the same preamble (the apostrophe string):
     // keep the first only.
@@ -181,8 +185,11 @@ fn examples_section(roff: &mut Roff, text: &str) {
     }
 }
 
-fn exit_status_section(roff: &mut Roff) {
+fn exit_status_section(roff: &mut Roff, own: Option<&str>) {
     roff.control("SH", ["EXIT STATUS"]);
+    if let Some(own) = own {
+        roff.text([roman(own.trim().replace('\n', " "))]);
+    }
     for (code, meaning) in EXIT_STATUS {
         roff.control("TP", []);
         roff.text([bold(code)]);
@@ -208,7 +215,21 @@ fn see_also_section(roff: &mut Roff, top: bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::civil_date;
+    use super::{civil_date, command, page};
+
+    /// Found by a user: probe's "inconclusive" exit 2 was on no page.
+    #[test]
+    fn a_command_says_its_own_exit_statuses_under_exit_status() {
+        let top = command();
+        let probe = top.find_subcommand("probe").expect("probe");
+        let page = page(probe, false).expect("page");
+        let status = page.split(".SH \"EXIT STATUS\"").nth(1).expect("EXIT STATUS");
+        let status = status.split(".SH \"SEE ALSO\"").next().expect("section");
+        assert!(status.contains("inconclusive"), "{status}");
+        assert!(status.contains("kernel is wrong"), "{status}");
+        let notes = page.split(".SH NOTES").nth(1).expect("NOTES");
+        assert!(!notes.split(".SH \"EXIT").next().expect("notes").contains("Exit status"));
+    }
 
     #[test]
     fn dates() {

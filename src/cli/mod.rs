@@ -189,7 +189,7 @@ pub fn main() -> ExitCode {
 
 /// The error and its causes, each said once: many of our errors already
 /// include their source in their own message.
-fn describe(err: &anyhow::Error) -> String {
+pub(crate) fn describe(err: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in err.chain() {
         let part = cause.to_string();

@@ -41,7 +41,8 @@ pub struct OutputArgs {
     pub bytes: bool,
 
     /// Raw output: the table alone, cells separated by one space, nothing
-    /// padded or wrapped, blanks and special characters escaped as \xHH.
+    /// padded or wrapped, blanks and special characters escaped as \xHH
+    /// (commands stay runnable: only control characters escaped).
     #[arg(short = 'r', long, conflicts_with_all = ["json", "wide", "width"])]
     pub raw: bool,
 

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
   blkalign audit --probe --yes /dev/sdb    judge partitions by what was measured
 
 Exit status: 0 when the kernel reports the geometry measured (or no penalty
-shows), 1 when the kernel is wrong about the drive, 2 on an error.
+shows), 1 when the kernel is wrong about the drive, 2 on an error or when
+the result is inconclusive (timings too noisy to tell: retry when idle).
 
 Every write puts back the bytes read there just before, so no data changes,
 even when Ctrl-C ends the probe (it ends at once; exit status 130 in a

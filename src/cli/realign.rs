@@ -78,9 +78,11 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with_all = ["target", "yes"])]
     status: Option<PathBuf>,
 
-    /// Delete the journals of finished moves (a few KiB each): TARGET's,
-    /// and those under /var/lib/blkalign/journals/. Lists them unless --yes;
-    /// a journal of an unfinished move is never deleted.
+    /// Delete the journals of finished moves (a few KiB each): TARGET's
+    /// (next to an image, or under /var/lib/blkalign/journals/ recording a
+    /// move on it), or without TARGET all under /var/lib/blkalign/journals/.
+    /// Lists them unless --yes; a journal of an unfinished move is never
+    /// deleted.
     #[arg(long, conflicts_with_all = ["status", "to", "partitions", "json"])]
     clean: bool,
 
@@ -104,6 +106,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     }
     let session = open(root, path, &args)?;
     let mut events = Terminal::new(args.json);
+    let mut resumed = None;
     if let Some(journal) = session.unfinished(args.journal.as_deref())? {
         let n = journal.record.partition;
         if !args.partitions.is_empty() && !args.partitions.contains(&n) {
@@ -125,8 +128,14 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
             return stopped(&why);
         }
         std::mem::replace(&mut events.result, Ok(()))?;
+        resumed = Some(n);
     }
-    let wanted = session.wanted(&args.partitions)?;
+    // The resumed partition is moved now; naming it asked for nothing more.
+    let asked: Vec<u32> = args.partitions.iter().copied().filter(|&p| Some(p) != resumed).collect();
+    let wanted = match (asked.is_empty(), args.partitions.is_empty()) {
+        (true, false) => Vec::new(),
+        _ => session.wanted(&asked)?,
+    };
     if args.partitions.is_empty() {
         for n in session.compensated()? {
             eprintln!(
@@ -137,10 +146,12 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         }
     }
     if wanted.is_empty() {
-        if args.json {
-            print_plan(path, !args.yes, &[], true)?;
+        if resumed.is_none() {
+            if args.json {
+                print_plan(path, !args.yes, &[], true)?;
+            }
+            eprintln!("nothing to move: no partition's data is off a physical sector boundary");
         }
-        eprintln!("nothing to move: no partition's data is off a physical sector boundary");
         return Ok(EXIT_OK);
     }
     let opts = options(&args)?;
@@ -205,11 +216,20 @@ impl Terminal {
 
 impl Events for Terminal {
     fn resumed(&mut self, m: &Move, phase: Phase, chunks_done: u64) {
-        eprintln!(
-            "resuming the move of partition {} ({phase:?}, {chunks_done} of {} chunks done)",
-            m.partition,
-            m.chunks()
-        );
+        let n = m.partition;
+        match phase {
+            Phase::Copying => eprintln!(
+                "resuming the copy of partition {n} at {chunks_done} of {} chunks",
+                m.chunks()
+            ),
+            Phase::Verified => eprintln!(
+                "resuming the move of partition {n}: copied and verified; writing the new table"
+            ),
+            Phase::TableWritten => eprintln!(
+                "resuming the move of partition {n}: the new table is written; telling the kernel"
+            ),
+            Phase::Done => eprintln!("finishing the move of partition {n}: it is done"),
+        }
     }
 
     fn started(&mut self, total: u64) {
@@ -279,13 +299,13 @@ fn interrupted() -> Option<u8> {
 
 /// Delete (with --yes) or list the journals of finished moves.
 fn clean(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
-    let mut others = args.journal.clone().into_iter().collect::<Vec<_>>();
-    if let Some(target) = &args.target {
-        others.extend(open(root, target, args)?.default_journals());
-    }
     let store = Store::default();
+    let journals = match &args.target {
+        Some(target) => open(root, target, args)?.journals(args.journal.as_deref()),
+        None => store.journals(args.journal.clone()),
+    };
     let mut found = 0;
-    for j in store.journals(others) {
+    for j in journals {
         let (m, path) = (&j.record, j.path().to_path_buf());
         let what = format!(
             "partition {} of {}, LBA {} -> {}",

@@ -1,7 +1,7 @@
-//! Where a stacked device (md, device-mapper) lies on the disks under it:
-//! sysfs `slaves/` down to whole disks, with md's member data offsets
-//! (md/dev-*/offset) and device-mapper's table (DM_TABLE_STATUS), which
-//! alone say where its bytes go. The kernel folds all of it into one
+//! Where a stacked device (md, device-mapper, bcache) lies on the disks
+//! under it: sysfs `slaves/` down to whole disks, with md's member data
+//! offsets (md/dev-*/offset), device-mapper's table (DM_TABLE_STATUS) and
+//! bcache's backing device and size, which alone say where its bytes go. The kernel folds all of it into one
 //! `alignment_offset`, and says -1 when the ways down disagree.
 
 use super::ioctl;
@@ -66,6 +66,8 @@ fn down(root: &SysRoot, name: &str, depth: u32) -> Vec<Origin> {
                 (0, s, read_number(&offset).and_then(|o| o.checked_mul(SECTOR)))
             })
             .collect()
+    } else if let Some(map) = bcache_map(root, &dir, &slaves) {
+        vec![map]
     } else if dir.join("dm").is_dir() {
         dm_maps(root, &dir).unwrap_or_else(|| slaves.into_iter().map(|s| (0, s, None)).collect())
     } else {
@@ -112,6 +114,24 @@ fn leaf(dir: &Path, name: &str) -> Origin {
         device_offset_bytes: 0,
         disk_offset_bytes: start,
     }
+}
+
+/// A bcache device maps its backing device (`bcache/` links into the
+/// backing device's own `bcache/`) from `data_offset`, which sysfs does not
+/// show: the kernel sizes bcacheN as the backing device less it. Its other
+/// slaves are cache devices, which hold only copies. None for anything
+/// else, a flash-only volume (whose `bcache/` is its own) among them.
+fn bcache_map(root: &SysRoot, dir: &Path, slaves: &[String]) -> Option<(u64, String, Option<u64>)> {
+    let backing = fs::canonicalize(dir.join("bcache")).ok()?;
+    let name = backing.parent()?.file_name()?.to_str()?.to_string();
+    if !slaves.contains(&name) {
+        return None;
+    }
+    let size = |dir: &Path| read_number(&dir.join("size"));
+    let offset = size(&class_dir(root, &name))
+        .and_then(|whole| whole.checked_sub(size(dir)?))
+        .and_then(|sectors| sectors.checked_mul(SECTOR));
+    Some((0, name, offset))
 }
 
 /// The mappings of a device-mapper device from its live table: linear and
@@ -257,6 +277,41 @@ mod tests {
         assert_eq!(found.len(), 2);
         assert!(found.iter().all(|o| o.disk_offset_bytes.is_none()), "{found:?}");
         assert_eq!(found[1].via, ["dm-0", "md0", "sdb1"]);
+    }
+
+    #[test]
+    fn bcache_lands_on_its_backing_device_at_its_data_offset() {
+        let (tmp, root) = fixture();
+        let sys = tmp.path().join("sys");
+        let put = |path: &str, text: &str| {
+            let path = sys.join(path);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        };
+        // sda1 its backing device (40961 + 16 sectors), sdb1 its cache.
+        put("block/sda/sda1/size", "300000");
+        put("block/sda/sda1/bcache/running", "1");
+        put("block/bcache0/size", "299984");
+        for slave in ["sda1", "sdb1"] {
+            fs::create_dir_all(sys.join("block/bcache0/slaves").join(slave)).unwrap();
+        }
+        symlink("../sda/sda1/bcache", sys.join("block/bcache0/bcache")).unwrap();
+        symlink("../../block/bcache0", sys.join("class/block/bcache0")).unwrap();
+        let found = origins(&root, "bcache0");
+        let at: Vec<(&str, Option<u64>)> =
+            found.iter().map(|o| (o.disk.as_str(), o.disk_offset_bytes)).collect();
+        assert_eq!(at, [("sda", Some((63 + 16) * 512))]);
+        assert_eq!(found[0].via, ["bcache0", "sda1"]);
+        // A flash-only volume: its bcache/ is its own, its slave the cache.
+        fs::create_dir_all(sys.join("block/bcache1/bcache")).unwrap();
+        fs::create_dir_all(sys.join("block/bcache1/slaves/sdb1")).unwrap();
+        symlink("../../block/bcache1", sys.join("class/block/bcache1")).unwrap();
+        let found = origins(&root, "bcache1");
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].via.as_slice(), found[0].disk_offset_bytes),
+            (&["bcache1".to_string(), "sdb1".to_string()][..], None)
+        );
     }
 
     #[test]

@@ -184,7 +184,7 @@ pub enum PlanError {
     Grain(u64, u64),
     #[error("an MBR cannot address this disk: {0} sectors of {1} bytes exceed the 2^32-sector limit (use --label gpt)")]
     MbrTooLarge(u64, u64),
-    #[error("partition {0} does not fit: it needs {1} sectors from LBA {2}, and the last usable LBA is {3}")]
+    #[error("partition {0} does not fit: it needs {1} sectors from LBA {2}, and the last usable LBA is {3}{room}", room = room(*.1, *.2, *.3))]
     NoRoom(usize, u64, u64, u64),
     #[error("only the last partition may be `rest`")]
     RestNotLast,
@@ -214,6 +214,18 @@ pub enum PlanError {
     NoSlot,
     #[error("the script's grain {0} and {1} have no common multiple")]
     NoCommonGrain(u64, u64),
+}
+
+/// What would fit of `wanted` sectors from `start` up to `last`: the size
+/// to reduce a partition to.
+fn room(wanted: u64, start: u64, last: u64) -> String {
+    match last.checked_add(1).and_then(|end| end.checked_sub(start)).filter(|&n| n > 0) {
+        Some(fits) => format!(
+            ": at most {fits} sectors fit there (reduce its size by {})",
+            wanted.saturating_sub(fits)
+        ),
+        None => String::new(),
+    }
 }
 
 /// The grain in bytes for `align` on a disk of geometry `g`.
@@ -429,7 +441,8 @@ impl Layouter<'_> {
     /// The extended partition `ext` holding one EBR and one logical per
     /// request, numbered from 5, each logical on the grain, its EBR in the
     /// sector run before it. A size `ext` gives is kept unless its
-    /// logicals need more, and bounds a logical's `rest`.
+    /// logicals need more, or it no longer fits from the aligned start
+    /// (then it holds just its logicals), and bounds a logical's `rest`.
     fn extended(
         &mut self,
         ext: &Container,
@@ -442,7 +455,13 @@ impl Layouter<'_> {
         let ext_start = self.next_start(self.cursor.max(ext.min_start.unwrap_or(0)));
         let fixed_end = match ext.size {
             Size::Rest if !logicals.is_empty() => None,
-            size => Some(ext_start + self.size_at(number, size, ext_start)?),
+            size => match self.size_at(number, size, ext_start) {
+                Ok(sectors) => Some(ext_start + sectors),
+                // An old dump's container, to the disk's end from LBA 63,
+                // overruns it from an aligned start; only its logicals count.
+                Err(PlanError::NoRoom(..)) if !logicals.is_empty() => None,
+                Err(e) => return Err(e),
+            },
         };
         let at = out.len();
         let mut ebr = ext_start;

@@ -436,8 +436,23 @@ impl Session {
         }))
     }
 
+    /// The journals of moves on this target, with `explicit` (if a
+    /// journal): at its partitions' default places, or in the journal
+    /// directory recording a move on this disk; never another disk's.
+    pub fn journals(&self, explicit: Option<&Path>) -> Vec<Journal> {
+        let mine = self.default_journals();
+        let explicit: Vec<PathBuf> = explicit.map(Path::to_path_buf).into_iter().collect();
+        let ours = |j: &Journal| {
+            let at = j.path();
+            mine.iter().chain(&explicit).any(|p| p == at)
+                || state::applies(&j.record, &*self.reader, &self.identity)
+        };
+        let listed = self.store.journals(mine.iter().chain(&explicit).cloned());
+        listed.into_iter().filter(ours).collect()
+    }
+
     /// Journals at the default places of this target's partitions.
-    pub fn default_journals(&self) -> Vec<PathBuf> {
+    fn default_journals(&self) -> Vec<PathBuf> {
         let pattern = self.default_journal(0);
         let (Some(dir), Some(name)) = (pattern.parent(), pattern.file_name()) else {
             return Vec::new();

@@ -43,6 +43,9 @@ pub enum Kind {
     Verdict,
     /// Long free text: wrapped to the width left, or under its row.
     Free,
+    /// A shell command: laid out as text; raw output writes it as is, so
+    /// that it runs when pasted (only control characters escaped).
+    Command,
 }
 
 /// How sizes and offsets are printed.
@@ -258,6 +261,7 @@ fn raw<R>(columns: &[&Column<R>], cells: &[Vec<String>], style: &Style) -> Strin
             .zip(columns)
             .map(|(text, c)| match c.kind {
                 Kind::Verdict if style.color => paint(&escape(text)),
+                Kind::Command => escape_control(text),
                 _ => escape(text),
             })
             .collect();
@@ -269,9 +273,18 @@ fn raw<R>(columns: &[&Column<R>], cells: &[Vec<String>], style: &Style) -> Strin
 /// Blanks, backslashes and control characters as `\xHH`, as lsblk -r
 /// writes them, so that every cell is one word.
 pub fn escape(text: &str) -> String {
+    escape_if(text, |c| c.is_whitespace() || c.is_control() || c == '\\')
+}
+
+/// Control characters alone as `\xHH`: one row stays one line.
+fn escape_control(text: &str) -> String {
+    escape_if(text, char::is_control)
+}
+
+fn escape_if(text: &str, special: impl Fn(char) -> bool) -> String {
     let mut out = String::new();
     for c in text.chars() {
-        if c.is_whitespace() || c.is_control() || c == '\\' {
+        if special(c) {
             let mut bytes = [0u8; 4];
             for b in c.encode_utf8(&mut bytes).bytes() {
                 let _ = write!(out, "\\x{b:02x}");

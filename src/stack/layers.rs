@@ -1,10 +1,10 @@
 //! The layers a partition holds, outermost first, each with where its data
-//! starts inside its container and on the disk: partition → md → LVM PV →
-//! logical volume → file system, or partition → LUKS (encrypted: the walk
-//! stops). Found from the on-disk headers alone, so it works on images.
+//! starts inside its container and on the disk: partition → md → bcache →
+//! LVM PV → logical volume → file system, or partition → LUKS (encrypted:
+//! the walk stops). Found from the on-disk headers alone, so it works on images.
 
 use super::signature::{identify, Contents, Kind, Region};
-use super::{fs, luks, lvm, md};
+use super::{bcache, fs, luks, lvm, md};
 use crate::io::ReadAt;
 use serde::Serialize;
 
@@ -33,7 +33,8 @@ pub struct Layer {
     /// The size of its data area, when the header says.
     pub size_bytes: Option<u64>,
     /// Its allocation unit: file-system block or cluster, LVM extent, md
-    /// chunk, LUKS encryption sector, swap page, 2^ashift.
+    /// chunk, LUKS encryption sector, bcache block (backing) or bucket
+    /// (cache), swap page, 2^ashift.
     pub unit_bytes: Option<u64>,
     pub details: Details,
     pub note: Option<String>,
@@ -67,6 +68,21 @@ pub enum Details {
         cipher: Option<String>,
         /// LUKS1: where the last active key slot's material ends.
         key_material_end_bytes: Option<u64>,
+    },
+    Bcache {
+        /// 1, 4, 6: a backing device; 0, 3, 5: a cache device.
+        version: u64,
+        /// "backing" or "cache".
+        device: &'static str,
+        /// Backing: where /dev/bcacheN's data starts (`data_offset`).
+        /// Cache: where its first bucket starts.
+        data_offset_bytes: u64,
+        /// The sector size /dev/bcacheN presents.
+        block_bytes: u64,
+        bucket_bytes: u64,
+        uuid: String,
+        /// The cache set it belongs or is to be attached to.
+        set_uuid: String,
     },
     Md {
         /// "0.90", "1.0", "1.1" or "1.2".
@@ -224,6 +240,7 @@ fn descend(dev: &dyn ReadAt, span: Span, depth: u32, out: &mut Vec<Layer>) {
     }
     let found = match contents.kind {
         Kind::Md => md::found(&region, &contents),
+        Kind::Bcache => bcache::found(&region, &contents),
         Kind::Luks => luks::found(&region, &contents),
         _ => fs::found(&region, &contents),
     };

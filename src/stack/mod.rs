@@ -1,7 +1,8 @@
-//! What a partition holds (filesystems, LVM, LUKS, md, swap, ZFS),
+//! What a partition holds (filesystems, LVM, LUKS, md, bcache, swap, ZFS),
 //! recognised from its own headers, the fields that record its position,
 //! and the layers stacked inside it with where each one's data lies.
 
+mod bcache;
 mod fs;
 mod layers;
 mod luks;

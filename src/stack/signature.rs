@@ -21,6 +21,8 @@ pub enum Kind {
     Iso9660,
     /// A ZFS vdev ("zfs_member").
     Zfs,
+    /// A bcache backing or cache device.
+    Bcache,
     /// A logical volume: found in its volume group's metadata, never by
     /// [`identify`]; named "lvm" as lsblk's TYPE column does.
     LvmLv,
@@ -31,7 +33,7 @@ pub struct Contents {
     pub kind: Kind,
     /// libblkid's TYPE name: "ext2"/"ext3"/"ext4", "xfs", "btrfs", "LVM2_member",
     /// "crypto_LUKS", "swap", "vfat", "ntfs", "exfat", "linux_raid_member", "iso9660",
-    /// "zfs_member".
+    /// "zfs_member", "bcache".
     pub name: &'static str,
     pub label: Option<String>,
     /// The size the contents claim for themselves, in bytes, when the header
@@ -73,8 +75,8 @@ pub fn identify(dev: &dyn ReadAt, offset: u64, size: u64) -> io::Result<Option<C
     let region = Region { dev, offset, size };
     // libblkid's order: RAID and volume managers first, since a member's
     // data area may itself start with a file system.
-    let probes: [Probe; 12] =
-        [md, lvm, luks, exfat, ntfs, fat, swap, xfs, ext, btrfs, zfs, iso9660];
+    let probes: [Probe; 13] =
+        [md, bcache, lvm, luks, exfat, ntfs, fat, swap, xfs, ext, btrfs, zfs, iso9660];
     Ok(probes.iter().find_map(|probe| probe(&region, &first)))
 }
 
@@ -174,6 +176,16 @@ fn md1(sb: &[u8], at: u64) -> Option<Contents> {
     };
     // set_name is "host:name"; blkid's LABEL is all of it.
     Some(Contents::new(Kind::Md, "linux_raid_member").label(text(sb, 32, 32)).size(size))
+}
+
+/// A cache device says its size; a backing device's data runs to its end.
+fn bcache(region: &Region, _: &[u8]) -> Option<Contents> {
+    let sb = super::bcache::present(region)?;
+    let parsed = super::bcache::parse(&sb).ok();
+    let label = parsed.as_ref().and_then(|s| s.label.clone());
+    Some(
+        Contents::new(Kind::Bcache, "bcache").label(label).size(parsed.and_then(|s| s.cache_bytes)),
+    )
 }
 
 fn lvm(region: &Region, first: &[u8]) -> Option<Contents> {

@@ -1,8 +1,9 @@
 //! Judging a layer: its absolute data offset against the physical sector
 //! and optimal I/O size (the arithmetic and words are [`crate::align`]'s),
 //! and the header settings that cost read-modify-write even on an aligned
-//! offset: XFS 512-byte sectors or ZFS ashift=9 on a 4 KiB drive, ext4
-//! without stride on a striped device, blocks smaller than a sector.
+//! offset: XFS 512-byte sectors, bcache 512-byte blocks or ZFS ashift=9 on
+//! a 4 KiB drive, ext4 without stride on a striped device, blocks smaller
+//! than a sector.
 
 use super::layers::{Details, Layer};
 use crate::align::{Class, Geometry};
@@ -78,6 +79,12 @@ fn findings(layer: &Layer, physical: u64, optimal: Option<u64>) -> Vec<String> {
                 ));
             }
         }
+        Details::Bcache { block_bytes, .. } if block_bytes < physical => found.push(format!(
+            "bcache was made with {block_bytes}-byte blocks on a {physical}-byte physical device: \
+             /dev/bcacheN presents {block_bytes}-byte sectors, so what is made on it may write \
+             less than a physical sector (read-modify-write); only remaking it \
+             (make-bcache -w {physical}) changes that"
+        )),
         Details::Ext { block_bytes, stride_blocks: None, .. } => {
             if let Some(io) = optimal.filter(|&io| io > physical) {
                 found.push(format!(
@@ -92,7 +99,11 @@ fn findings(layer: &Layer, physical: u64, optimal: Option<u64>) -> Vec<String> {
     }
     let file_system = !matches!(
         layer.details,
-        Details::LvmPv { .. } | Details::LvmLv { .. } | Details::Luks { .. } | Details::Md { .. }
+        Details::LvmPv { .. }
+            | Details::LvmLv { .. }
+            | Details::Luks { .. }
+            | Details::Md { .. }
+            | Details::Bcache { .. }
     );
     if let Some(unit) = layer.unit_bytes.filter(|&u| file_system && u < physical) {
         found.push(format!(

@@ -6,7 +6,12 @@
 # - luks: LUKS2 on a partition at an odd LBA, opened, ext4 inside;
 # - linear: a dm-linear from sector 7 of an aligned partition, ext4 inside;
 # - pvshift: an LV (ext4) on a PV whose pe_start is 1 MiB + 3584 bytes
-#   (pvcreate --dataalignmentoffset 7s) on an aligned partition.
+#   (pvcreate --dataalignmentoffset 7s) on an aligned partition;
+# - bcache: a backing device (make-bcache -B, data offset 16 sectors) on a
+#   partition at an odd LBA, registered, ext4 on bcache0; written apart
+#   (bcache.json: the kernel's view of bcache0 and the audit's exit status,
+#   audit-bcache.json, bcache-super-show.txt), as the kernel does not
+#   stack its offset.
 # Then writes to OUT: kernel.json, the kernel's view of each stacked device
 # and disk (sysfs: alignment_offset, sector sizes, slaves, partitions with
 # their start and alignment_offset); the peers' words as they print them
@@ -21,12 +26,14 @@ out=$1 d1=$(lab_disk "$2") d2=$(lab_disk "$3")
 exec 2>"$out/build.err"
 trap 'status=$?; [ "$status" -eq 0 ] || cat "$out/build.err"; exit "$status"' EXIT
 
-# Disk 1: md member at 63, md member aligned, LUKS at an odd LBA, a PV.
+# Disk 1: md member at 63, md member aligned, LUKS at an odd LBA, a PV,
+# bcache at an odd LBA.
 # Disk 2: md members aligned, and a partition the dm-linear maps from its
 # sector 7 (a disk whose partitions are held cannot be opened whole).
 sgdisk -Z "$d1" >/dev/null 2>&1 || true
 sgdisk -Z "$d2" >/dev/null 2>&1 || true
-sgdisk -a 1 -n 1:63:+40M -n 2:83968:+40M -n 3:167937:+32M -n 4:307200:+32M "$d1" >/dev/null
+sgdisk -a 1 -n 1:63:+40M -n 2:83968:+40M -n 3:167937:+32M -n 4:307200:+32M -n 5:372737:+32M \
+  "$d1" >/dev/null
 sgdisk -a 1 -n 1:2048:+40M -n 2:83968:+40M -n 3:399360:+40M "$d2" >/dev/null
 lab_settle
 part() { echo "$1$([ -e "${1}p1" ] && echo p || true)$2"; }
@@ -44,6 +51,13 @@ printf 'lab' | cryptsetup open --key-file - "$(part "$d1" 3)" crypt
 dmsetup create lin --table "0 65536 linear $(part "$d2" 3) 7"
 pvcreate -qq --dataalignmentoffset 7s "$(part "$d1" 4)" && vgcreate -qq shiftvg "$(part "$d1" 4)" &&
   lvcreate -qq -y -L 8M -n lv shiftvg
+modprobe bcache
+make-bcache -B "$(part "$d1" 5)" >/dev/null
+lab_settle
+# udev's bcache rule may have registered it already.
+echo "$(part "$d1" 5)" >/sys/fs/bcache/register 2>/dev/null || true
+for _ in $(seq 100); do [ -b /dev/bcache0 ] && break; sleep 0.1; done
+mkfs.ext4 -q -F -b 4096 /dev/bcache0
 lab_settle
 for dev in /dev/mapper/mdvg-lv /dev/mapper/alignvg-lv /dev/mapper/crypt /dev/mapper/lin \
   /dev/mapper/shiftvg-lv; do
@@ -86,6 +100,10 @@ for p in "$(part "$d1" 1)" "$(part "$d2" 1)" "$(part "$d1" 2)" "$(part "$d2" 2)"
   mdadm --examine "$p" >"$out/examine-${p#/dev/}.txt"
 done
 cryptsetup status crypt >"$out/cryptsetup-status.txt"
+bcache-super-show "$(part "$d1" 5)" >"$out/bcache-super-show.txt"
+bexit=0
+"$BLKALIGN" audit --json /dev/bcache0 >"$out/audit-bcache.json" 2>>"$out/audit.err" || bexit=$?
+printf '{"audit_exit": %s, "bcache0": %s}\n' "$bexit" "$(kdev bcache0)" >"$out/bcache.json"
 
 {
   printf '{"audit_exit": %s, "devices": {' "$exit"
@@ -97,4 +115,4 @@ cryptsetup status crypt >"$out/cryptsetup-status.txt"
   printf '}}\n'
 } >"$out/kernel.json"
 # The human report of a stacked device and a disk holding one.
-"$BLKALIGN" audit /dev/md0 "$d2" >"$out/human.txt" 2>&1 || true
+"$BLKALIGN" audit /dev/md0 "$d2" /dev/bcache0 >"$out/human.txt" 2>&1 || true
