@@ -4,23 +4,43 @@ use serde::Serialize;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Where to find sysfs and device nodes: real ("/sys", "/dev") or a fixture
-/// tree laid out as ROOT/sys/block/... and ROOT/dev/NAME.
+/// Where to find sysfs, device nodes and udev's database: real ("/sys",
+/// "/dev", "/run/udev/data") or a fixture tree laid out as
+/// ROOT/sys/block/..., ROOT/dev/NAME and ROOT/run/udev/data/bMAJ:MIN.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SysRoot {
     pub sys: PathBuf,
     pub dev: PathBuf,
+    pub udev: PathBuf,
 }
 
 impl SysRoot {
     pub fn real() -> SysRoot {
-        SysRoot { sys: PathBuf::from("/sys"), dev: PathBuf::from("/dev") }
+        SysRoot {
+            sys: PathBuf::from("/sys"),
+            dev: PathBuf::from("/dev"),
+            udev: PathBuf::from("/run/udev/data"),
+        }
     }
 
-    /// A fixture: `sys` is ROOT/sys, device nodes are in ROOT/dev.
+    /// A fixture: `sys` is ROOT/sys, device nodes are in ROOT/dev, udev's
+    /// database in ROOT/run/udev/data.
     pub fn fixture(sys: PathBuf) -> SysRoot {
-        let dev = sys.parent().unwrap_or(Path::new("")).join("dev");
-        SysRoot { sys, dev }
+        let base = sys.parent().unwrap_or(Path::new("")).to_path_buf();
+        SysRoot { sys, dev: base.join("dev"), udev: base.join("run/udev/data") }
+    }
+
+    /// udev's properties of the block device of sysfs directory `dir`
+    /// (its `dev` attribute names the database file): KEY=VALUE lines
+    /// after "E:". Empty when udev has no record (no udevd, a container).
+    pub(crate) fn udev_properties(&self, dir: &Path) -> Vec<(String, String)> {
+        let Some(number) = read_text(&dir.join("dev")) else { return Vec::new() };
+        let text = fs::read(self.udev.join(format!("b{number}"))).unwrap_or_default();
+        String::from_utf8_lossy(&text)
+            .lines()
+            .filter_map(|l| l.strip_prefix("E:")?.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     /// SYS/block/NAME.
