@@ -78,7 +78,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         eprintln!("warning: {path}: {}", note.message);
     }
     if !args.yes {
-        exclusive::check_unused(&root, &target)?;
+        exclusive::check_unused(&root, &target, &[])?;
         if !blocking.is_empty() {
             eprintln!("dry run: nothing written; --yes refuses while what is named above is there");
             return Ok(EXIT_PROBLEM);
@@ -89,7 +89,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if let Some(note) = blocking.first() {
         bail!("{path}: refusing to rescale: {}", note.message);
     }
-    exclusive::check_unused(&root, &target)?;
+    exclusive::check_unused(&root, &target, &[])?;
     let file = exclusive::open_for_writing(&target)?;
     // Planned again through the handle that writes: nothing may have
     // changed in between, and this is what is checked and written.

@@ -118,11 +118,7 @@ fn leaf(dir: &Path, name: &str) -> Origin {
 /// crypt map one device from an offset; striped maps each stripe's device
 /// from its offset. None when the table cannot be read.
 fn dm_maps(root: &SysRoot, dir: &Path) -> Option<Vec<(u64, String, Option<u64>)>> {
-    let (major, minor) = read_text(&dir.join("dev"))?
-        .split_once(':')
-        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))?;
-    let control = fs::File::open(root.dev.join("mapper/control")).ok()?;
-    let table = ioctl::dm_table(&control, major, minor)?;
+    let table = live_table(root, dir)?;
     let mut maps = Vec::new();
     for target in table {
         let at = target.start_sectors.checked_mul(SECTOR)?;
@@ -149,6 +145,51 @@ fn dm_maps(root: &SysRoot, dir: &Path) -> Option<Vec<(u64, String, Option<u64>)>
         }
     }
     Some(maps)
+}
+
+/// The live table of the device-mapper device of sysfs directory `dir`
+/// (DM_TABLE_STATUS, as `dmsetup table`); None without /dev/mapper/control
+/// or CAP_SYS_ADMIN.
+fn live_table(root: &SysRoot, dir: &Path) -> Option<Vec<ioctl::DmTarget>> {
+    let (major, minor) = read_text(&dir.join("dev"))?
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))?;
+    let control = fs::File::open(root.dev.join("mapper/control")).ok()?;
+    ioctl::dm_table(&control, major, minor)
+}
+
+/// What stacked device `name` is, in words, for a refusal: device-mapper
+/// by its uuid's prefix (what LVM, cryptsetup, multipath and kpartx
+/// write) or else its live table's target types, md by its level, bcache.
+pub(crate) fn what_holds(root: &SysRoot, name: &str) -> String {
+    let dir = root.block(name);
+    if dir.join("dm").is_dir() {
+        let uuid = read_text(&dir.join("dm/uuid")).unwrap_or_default();
+        let by_uuid = [
+            ("LVM-", "LVM logical volume"),
+            ("CRYPT-", "dm-crypt"),
+            ("mpath-", "multipath"),
+            ("part", "kpartx partition"),
+        ];
+        if let Some((_, what)) = by_uuid.iter().find(|(prefix, _)| uuid.starts_with(prefix)) {
+            return what.to_string();
+        }
+        let mut kinds: Vec<String> =
+            live_table(root, &dir).unwrap_or_default().into_iter().map(|t| t.kind).collect();
+        kinds.dedup();
+        return match kinds.is_empty() {
+            true => "device-mapper".into(),
+            false => format!("device-mapper {}", kinds.join("+")),
+        };
+    }
+    if dir.join("md").is_dir() {
+        let level = read_text(&dir.join("md/level"));
+        return level.map_or("MD RAID".into(), |level| format!("MD RAID {level}"));
+    }
+    if dir.join("bcache").exists() {
+        return "bcache".into();
+    }
+    "a stacked device".into()
 }
 
 /// The kernel name of device `major:minor`.

@@ -49,6 +49,17 @@ impl SysRoot {
     }
 }
 
+/// The node of block device `name` as lsblk's PATH names it:
+/// /dev/mapper/NAME for a device-mapper device (its sysfs `dm/name`; LVM's
+/// /dev/VG/LV is a link to the same node), where that node exists; else
+/// /dev/NAME.
+pub fn node_path(root: &SysRoot, name: &str) -> PathBuf {
+    read_text(&root.block(name).join("dm/name"))
+        .map(|dm| root.dev.join("mapper").join(dm))
+        .filter(|mapper| mapper.exists())
+        .unwrap_or_else(|| root.dev.join(name))
+}
+
 /// A partition as the kernel sees it, in bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct KernelPartition {

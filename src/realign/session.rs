@@ -65,8 +65,9 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SessionEr
 /// check, a writer and the kernel. [`Device`] is the real one; tests inject
 /// failures through their own.
 pub trait Host {
-    /// Refuse a target that is mounted, held, attached or locked.
-    fn check_unused(&self) -> Result<(), SessionError>;
+    /// Refuse a target that is mounted, held, attached or locked, naming
+    /// the partitions in `asked` first where they are the ones in use.
+    fn check_unused(&self, asked: &[u32]) -> Result<(), SessionError>;
     /// Refuse a journal where a crash of the target would take it along.
     fn check_journal(&self, journal: &Path) -> Result<(), SessionError>;
     /// The target opened for the move's writes.
@@ -372,8 +373,9 @@ impl Session {
         &self.target
     }
 
-    pub fn check_unused(&self) -> Result<(), SessionError> {
-        self.host.check_unused()
+    /// The in-use guard, for a move of the partitions `asked`.
+    pub fn check_unused(&self, asked: &[u32]) -> Result<(), SessionError> {
+        self.host.check_unused(asked)
     }
 
     pub fn layout(&self) -> Result<Layout, SessionError> {
@@ -487,7 +489,7 @@ impl Session {
     pub fn preflight(&self, opts: &Options, wanted: &[u32]) -> Result<PathBuf, SessionError> {
         let first = self.journal_path(opts, wanted.first().copied().unwrap_or(1));
         self.host.check_journal(&first)?;
-        self.host.check_unused()?;
+        self.host.check_unused(wanted)?;
         Ok(first)
     }
 
@@ -582,7 +584,7 @@ impl Session {
         mut journal: Journal,
         events: &mut dyn Events,
     ) -> Result<Outcome, SessionError> {
-        self.host.check_unused()?;
+        self.host.check_unused(&[journal.record.partition])?;
         let writer = self.host.writer()?;
         let m = journal.record.clone();
         if journal.state.sequence > 1 {
@@ -857,8 +859,8 @@ pub struct Device {
 }
 
 impl Host for Device {
-    fn check_unused(&self) -> Result<(), SessionError> {
-        Ok(exclusive::check_unused(&self.root, &self.target)?)
+    fn check_unused(&self, asked: &[u32]) -> Result<(), SessionError> {
+        Ok(exclusive::check_unused(&self.root, &self.target, asked)?)
     }
 
     fn check_journal(&self, journal: &Path) -> Result<(), SessionError> {
@@ -1117,7 +1119,7 @@ mod tests {
     }
 
     impl Host for Mem {
-        fn check_unused(&self) -> Result<(), SessionError> {
+        fn check_unused(&self, _: &[u32]) -> Result<(), SessionError> {
             Ok(())
         }
 
