@@ -79,7 +79,7 @@ pub fn kernel_partitions(root: &SysRoot, name: &str) -> Vec<KernelPartition> {
 
 /// The opened dm-crypt device over partition `number` of disk `name`, from
 /// the partition's sysfs `holders/` (a dm device whose uuid starts with
-/// "CRYPT-"): its node and size in bytes. What it holds can only be read
+/// "CRYPT-"): its node (/dev/mapper/NAME) and size in bytes. What it holds can only be read
 /// through it.
 pub fn crypt_holder(root: &SysRoot, name: &str, number: u32) -> Option<(PathBuf, u64)> {
     let part = partition_dirs(&root.block(name))
@@ -91,7 +91,7 @@ pub fn crypt_holder(root: &SysRoot, name: &str, number: u32) -> Option<(PathBuf,
         let dir = root.block(&holder);
         read_text(&dir.join("dm/uuid")).filter(|uuid| uuid.starts_with("CRYPT-"))?;
         let size = read_number(&dir.join("size"))?.checked_mul(512)?;
-        Some((root.dev.join(&holder), size))
+        Some((node_path(root, &holder), size))
     })
 }
 

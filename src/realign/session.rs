@@ -820,9 +820,14 @@ impl Session {
         opts.journal.clone().unwrap_or_else(|| self.default_journal(n))
     }
 
+    /// A block device's journal is named by the kernel name, a
+    /// device-mapper device's by its mapper name (dm-N is renumbered at
+    /// boot; the journal must be found under the name the rerun uses).
     fn default_journal(&self, n: u32) -> PathBuf {
+        let mapper = self.target.path.file_name().filter(|_| self.target.is_mapper());
         match (&self.target.kind, &self.target.name) {
             (TargetKind::Disk, Some(name)) => {
+                let name = mapper.map_or(name.clone(), |m| m.to_string_lossy().into_owned());
                 self.store.journal_dir().join(format!("{name}-p{n}.journal"))
             }
             _ => {
@@ -1262,6 +1267,24 @@ mod tests {
         assert!(log.notes.iter().any(|n| n.contains("warning: injected")), "{:?}", log.notes);
         assert_moved(&lab);
         assert!(lab.session.store.unfinished().is_empty());
+    }
+
+    /// A device-mapper device's journal goes by its mapper name, which a
+    /// reboot keeps, not by dm-N, which it renumbers.
+    #[test]
+    fn a_device_mapper_journal_is_named_by_its_mapper_name() {
+        let mut lab = lab();
+        let name = |lab: &Lab| lab.session.default_journal(2).file_name().map(|n| n.to_owned());
+        lab.session.target = Target {
+            path: PathBuf::from("/dev/mapper/vg-lv"),
+            name: Some("dm-7".into()),
+            kind: TargetKind::Disk,
+            selected_partition: None,
+        };
+        assert_eq!(name(&lab).as_deref(), Some("vg-lv-p2.journal".as_ref()));
+        lab.session.target.path = PathBuf::from("/dev/sdb");
+        lab.session.target.name = Some("sdb".into());
+        assert_eq!(name(&lab).as_deref(), Some("sdb-p2.journal".as_ref()));
     }
 
     /// The two crash windows of "record, then journal": a record whose
