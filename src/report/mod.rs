@@ -13,7 +13,8 @@ pub use prometheus::render as prometheus;
 
 /// What a NAME column holds: [`partition_name`].
 pub const PARTITION_NAME_ABOUT: &str =
-    "partition device name (sda1; for an image, its file name and number)";
+    "partition device name (sda1; whole-part1 on /dev/mapper/whole; for an image, its file \
+     name and number)";
 
 /// A partition's node name as the kernel and fdisk give it: sda1,
 /// nvme0n1p1, disk.img1; whole-part1 on /dev/mapper/whole (kpartx's, as
