@@ -155,7 +155,7 @@ pub struct StructureAudit {
 pub struct DiskAudit {
     pub path: PathBuf,
     pub name: Option<String>,
-    pub kind: Option<TargetKind>,
+    pub kind: Option<device::DeviceKind>,
     /// A VM image's format ("qcow2", ...), read through QEMU; None for a
     /// disk or a raw image.
     pub image_format: Option<&'static str>,
@@ -314,7 +314,7 @@ fn audit_vm_image(
 pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudit {
     let mut audit = DiskAudit::empty(&target.path);
     audit.name = target.name.clone();
-    audit.kind = Some(target.kind);
+    audit.kind = Some(device::device_kind(root, target));
     let file = device::open(target);
     let mut topology = match crate::open::topology(
         root,
@@ -533,7 +533,19 @@ fn check_kernel_view(
     if ours == kernel {
         return;
     }
-    let message = if kernel.is_empty() {
+    let message = if target.is_mapper() {
+        // The kernel makes no partitions on a device-mapper device: kpartx
+        // maps them as dm devices over it, its holders.
+        if device::is_held(root, name) {
+            return;
+        }
+        format!(
+            "no device maps these partitions: the kernel makes none on a device-mapper device \
+             (kpartx -a {} maps them as {})",
+            target.path.display(),
+            device::mapper_partition(&target.path, 1).unwrap_or_default().display()
+        )
+    } else if kernel.is_empty() {
         format!(
             "the kernel knows none of these partitions: it has not read this table (partx -a {})",
             target.path.display()

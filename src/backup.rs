@@ -665,6 +665,10 @@ mod tests {
         let other = Identity { serial: Some("S2".into()), ..same.clone() };
         let err = backup.same_disk(&target, &topology, &other).unwrap_err();
         assert!(err.to_string().ends_with("serial S2, the backup's S1"), "{err}");
+        // A serial one side does not know is no mismatch (a sidecar from a
+        // version that found none on this driver, or the reverse).
+        let unknown = Identity { serial: None, ..same.clone() };
+        assert_eq!(backup.same_disk(&target, &topology, &unknown).unwrap(), None);
         topology.size_bytes = 8192;
         let err = backup.same_disk(&target, &topology, &same).unwrap_err();
         assert!(matches!(err, BackupError::OtherSize { size: 8192, saved_size: 4096, .. }));

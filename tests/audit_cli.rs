@@ -367,3 +367,53 @@ fn an_unattached_loop_device_is_named_so() {
         blkalign().args(["--sysfs-root", sys, "audit"]).arg(node("loop8")).output().expect("run");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("not attached"));
 }
+
+/// device-mapper and md devices by the names lsblk gives them: a
+/// partitioned dm-linear is /dev/mapper/whole (not /dev/dm-1), kind "dm",
+/// its partition whole-part1 (sfdisk's and kpartx's name, not dm-1p1), and
+/// the kernel's missing partitions are kpartx's to map, not partx's; md0 is
+/// kind "md".
+#[test]
+fn device_mapper_and_md_devices_go_by_lsblks_names() {
+    if !needs(false, &["sfdisk"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let put = |path: &str, text: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, format!("{text}\n")).expect("write");
+    };
+    for (name, dev) in [("dm-1", "254:1"), ("md0", "9:0")] {
+        put(&format!("sys/block/{name}/size"), "131072");
+        put(&format!("sys/block/{name}/dev"), dev);
+        put(&format!("sys/block/{name}/queue/logical_block_size"), "512");
+        put(&format!("sys/block/{name}/queue/physical_block_size"), "4096");
+    }
+    put("sys/block/dm-1/dm/name", "whole");
+    put("sys/block/md0/md/level", "raid1");
+    let image = Image::sfdisk(64 << 20, "label: dos\nstart=63, size=2000\n");
+    let mapper = dir.path().join("dev/mapper/whole");
+    std::fs::create_dir_all(mapper.parent().expect("parent")).expect("mkdir");
+    std::fs::copy(&image.path, &mapper).expect("copy image");
+    std::fs::copy(&image.path, dir.path().join("dev/md0")).expect("copy image");
+    let sys = dir.path().join("sys");
+    let sys = sys.to_str().expect("utf-8");
+    let out = blkalign().args(["--sysfs-root", sys, "audit", "--json"]).output().expect("run");
+    let json = String::from_utf8_lossy(&out.stdout).into_owned();
+    common::check_schema("audit", &json);
+    let doc = json_of(&out.stdout);
+    let target = |name: &str| {
+        let targets = doc["targets"].as_array().expect("targets");
+        targets.iter().find(|t| t["name"] == name).cloned().expect("listed")
+    };
+    let (dm, md) = (target("dm-1"), target("md0"));
+    assert_eq!((dm["path"].as_str(), &dm["kind"]), (mapper.to_str(), &"dm".into()), "{dm}");
+    assert_eq!(md["kind"], "md", "{md}");
+    let hint = dm["problems"].to_string();
+    let want = format!("kpartx -a {} maps them as {}-part1", mapper.display(), mapper.display());
+    assert!(hint.contains(&want) && !hint.contains("(partx -a"), "{hint}");
+    let out = blkalign().args(["--sysfs-root", sys, "audit"]).arg(&mapper).output().expect("run");
+    let human = String::from_utf8_lossy(&out.stdout);
+    assert!(human.contains("whole-part1") && !human.contains("dm-1p1"), "{human}");
+}

@@ -123,6 +123,78 @@ fn scratch(files: &[(&str, &str)]) -> (tempfile::TempDir, SysRoot) {
     (dir, root)
 }
 
+/// The serial lsblk's SERIAL column shows, on every driver: udev's
+/// ID_SCSI_SERIAL, ID_SERIAL_SHORT or ID_SERIAL first, then the kernel's
+/// `serial` (virtio-blk), `device/serial` (NVMe) or Unit Serial Number page
+/// (`device/vpd_pg80`) when udev has no record.
+#[test]
+fn serial_is_the_one_lsblk_shows_on_every_driver() {
+    let (dir, root) = scratch(&[
+        ("sda/size", "2048"),
+        ("sda/dev", "8:0"),
+        ("sdb/size", "2048"),
+        ("sdb/dev", "8:16"),
+        ("sdc/size", "2048"),
+        ("sdc/dev", "8:32"),
+        ("sdd/size", "2048"),
+        ("sdd/dev", "8:48"),
+        ("vda/size", "2048"),
+        ("vda/dev", "254:0"),
+        ("vda/serial", "vd-serial"),
+        ("vdb/size", "2048"),
+        ("vdb/dev", "254:16"),
+        ("vdb/serial", "vdb-serial"),
+        ("nvme0n1/size", "2048"),
+        ("nvme0n1/device/serial", "S4EWNF0M123456K     "),
+    ]);
+    let page = |serial: &str| {
+        let mut page = vec![0, 0x80, 0, u8::try_from(serial.len()).expect("short")];
+        page.extend(serial.bytes());
+        page
+    };
+    for (disk, serial) in [("sda", "ZFL0ABCD    "), ("sdb", "  drive-b"), ("sdd", "scsi-d")] {
+        let device = root.sys.join("block").join(disk).join("device");
+        fs::create_dir_all(&device).expect("mkdir");
+        fs::write(device.join("vpd_pg80"), page(serial)).expect("write");
+    }
+    let udev = dir.path().join("run/udev/data");
+    fs::create_dir_all(&udev).expect("mkdir");
+    for (number, record) in [
+        // AHCI: ata_id's IDENTIFY serial.
+        ("8:0", "E:ID_SERIAL=ST2000DM008_ZFL0ABCD\nE:ID_SERIAL_SHORT=ZFL0ABCD\n"),
+        // virtio-scsi: scsi_id's page 0x80 beats the short form.
+        ("8:32", "E:ID_SCSI_SERIAL=scsi-c\nE:ID_SERIAL_SHORT=0QEMU_QEMU_HARDDISK_scsi-c\n"),
+        // USB: usb_id's iSerial, not the drive's page behind the bridge.
+        ("8:48", "S:disk/by-id/usb-x\nE:ID_SERIAL_SHORT=usb-d\nE:ID_SERIAL=QEMU_usb-d-0:0\n"),
+        // virtio-blk: udev sets ID_SERIAL alone.
+        ("254:16", "E:ID_SERIAL=vdb-serial\n"),
+    ] {
+        fs::write(udev.join(format!("b{number}")), record).expect("write");
+    }
+    let serial = |name: &str| {
+        let target = Target {
+            path: root.dev.join(name),
+            name: Some(name.into()),
+            kind: TargetKind::Disk,
+            selected_partition: None,
+        };
+        topology(&root, &target, None, &Overrides::default()).expect("topology").serial
+    };
+    let got: Vec<(&str, Option<String>)> =
+        ["sda", "sdb", "sdc", "sdd", "vda", "vdb", "nvme0n1"].map(|n| (n, serial(n))).into();
+    let want = [
+        ("sda", Some("ZFL0ABCD")),
+        ("sdb", Some("drive-b")),
+        ("sdc", Some("scsi-c")),
+        ("sdd", Some("usb-d")),
+        ("vda", Some("vd-serial")),
+        ("vdb", Some("vdb-serial")),
+        ("nvme0n1", Some("S4EWNF0M123456K")),
+    ]
+    .map(|(n, s)| (n, s.map(String::from)));
+    assert_eq!(got, want);
+}
+
 #[test]
 fn list_disks_keeps_backed_loops_and_drops_empty_drives() {
     let (_dir, root) = scratch(&[

@@ -13,7 +13,9 @@
 //! drive's own answers blkalign reads (ATA IDENTIFY, SCSI RC16 and Block
 //! Limits, NVMe Identify Namespace) equal what hdparm, sg_readcap, sg_vpd
 //! and nvme-cli read of the same disk, and where the drive and the kernel
-//! disagree (the USB bridge) blkalign believes the drive and says why.
+//! disagree (the USB bridge) blkalign believes the drive and says why. Its
+//! serial is the one `lsblk` shows on every driver, and NVMe's vendor,
+//! serial, model and firmware are `nvme id-ctrl`'s.
 
 mod common;
 
@@ -310,6 +312,31 @@ fn check_drive(label: &str, r: &Value) -> Vec<String> {
         expect(&mut out, "physical (NVMe NPWG)", ours("physical_sector_size"), npwg, "nvme id-ns");
     } else if d["protocol"] == "nvme" {
         out.push("blkalign read Identify Namespace where nvme id-ns could not".into());
+    }
+
+    // The identity: the serial lsblk shows, on every driver (each disk QEMU
+    // attaches has one); NVMe's drive section as nvme id-ctrl prints it.
+    let lsblk = peers["lsblk_serial"].as_str().map(str::trim).filter(|s| !s.is_empty());
+    if t["serial"].as_str() != lsblk || (DRIVERS.contains(&label) && lsblk.is_none()) {
+        out.push(format!("serial {}, lsblk -dno SERIAL {lsblk:?}", t["serial"]));
+    }
+    let ctrl = &peers["nvme_ctrl"];
+    if ctrl.is_object() {
+        let text = |f: &str| ctrl[f].as_str().map(str::trim).filter(|s| !s.is_empty());
+        let vid = ctrl["vid"].as_u64().map(|v| format!("{v:#06x}"));
+        let fields = [
+            ("vendor", vid.as_deref(), "vid"),
+            ("serial", text("sn"), "sn"),
+            ("model", text("mn"), "mn"),
+            ("firmware", text("fr"), "fr"),
+        ];
+        for (ours, theirs, field) in fields {
+            if d[ours].as_str() != theirs || theirs.is_none() {
+                out.push(format!("drive {ours} {}, nvme id-ctrl {field} {theirs:?}", d[ours]));
+            }
+        }
+    } else if label == "nvme" {
+        out.push("nvme id-ctrl did not answer".into());
     }
 
     // The disagreements, named.

@@ -119,9 +119,11 @@ fn live_stacks_agree_with_the_kernel_and_the_peers() {
             failures.push(format!("the human report lacks {line:?}:\n{human}"));
         }
     }
-    if !human.lines().any(|l| l.contains("held: partition 3: dm-")) {
+    if !human.lines().any(|l| l.contains("held: partition 3: lin → ")) {
         failures.push(format!("the human report does not show the dm-linear's holder:\n{human}"));
     }
+    failures.extend(check_refusals(&json("refusals.json"), &json("lsblk.json")));
+    failures.extend(check_names(&audit, &json("lsblk.json")));
     assert!(failures.is_empty(), "{} disagreements:\n{}", failures.len(), failures.join("\n"));
 }
 
@@ -174,6 +176,98 @@ fn check_bcache(
     }
     if t["layers"].as_array().is_none_or(|l| !l.iter().any(|l| l["name"] == "ext4")) {
         out.push(format!("bcache0: the ext4 made on it not found: {}", summary(&t["layers"])));
+    }
+    out
+}
+
+/// Every device's path, kind and holders by lsblk's names: PATH
+/// (/dev/mapper/NAME, not /dev/dm-N), TYPE (lvm, crypt, dm → "dm"; raid1 →
+/// "md"; disk) and NAME (a holder's first `via`).
+fn check_names(audit: &Value, lsblk: &Value) -> Vec<String> {
+    let mut by_path = BTreeMap::new();
+    let mut names = std::collections::BTreeSet::new();
+    let mut stack = vec![&lsblk["blockdevices"]];
+    while let Some(devices) = stack.pop() {
+        for d in devices.as_array().into_iter().flatten() {
+            by_path.insert(d["path"].as_str().unwrap_or_default(), d["type"].as_str());
+            names.extend(d["name"].as_str());
+            stack.push(&d["children"]);
+        }
+    }
+    let mut out = Vec::new();
+    for t in audit["targets"].as_array().into_iter().flatten() {
+        let path = t["path"].as_str().unwrap_or_default();
+        let kind = match by_path.get(path).copied().flatten() {
+            Some("lvm" | "crypt" | "dm") => "dm",
+            Some(raid) if raid.starts_with("raid") => "md",
+            Some("disk") => "disk",
+            other => {
+                out.push(format!("{path} ({}) is no PATH of lsblk's (type {other:?})", t["name"]));
+                continue;
+            }
+        };
+        if t["kind"] != kind {
+            out.push(format!("{path}: kind {}, lsblk's type {:?}", t["kind"], by_path[path]));
+        }
+        let holders = t["partitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|p| p["holders"].as_array().into_iter().flatten());
+        for h in holders.chain(t["holders"].as_array().into_iter().flatten()) {
+            let first = h["via"][0].as_str().unwrap_or_default();
+            if !names.contains(first) {
+                out.push(format!("{path}: holder {first} is no NAME of lsblk's"));
+            }
+        }
+    }
+    out
+}
+
+/// `realign DISK N --yes` of a partition held by each kind of stack, every
+/// other partition held too: refused (exit 2), naming partition N and its
+/// holder by lsblk's PATH, in the words for lsblk's TYPE of it.
+fn check_refusals(refusals: &Value, lsblk: &Value) -> Vec<String> {
+    const WORDS: &[(&str, &str)] = &[
+        ("dm", "device-mapper linear"),
+        ("raid1", "MD RAID raid1"),
+        ("crypt", "dm-crypt"),
+        ("lvm", "LVM logical volume"),
+    ];
+    fn walk(devices: &Value, out: &mut BTreeMap<String, String>) {
+        for d in devices.as_array().into_iter().flatten() {
+            if let (Some(path), Some(kind)) = (d["path"].as_str(), d["type"].as_str()) {
+                out.insert(path.into(), kind.into());
+            }
+            walk(&d["children"], out);
+        }
+    }
+    let mut types = BTreeMap::new();
+    walk(&lsblk["blockdevices"], &mut types);
+    let mut out = Vec::new();
+    let mut kinds = std::collections::BTreeSet::new();
+    for r in refusals.as_array().into_iter().flatten() {
+        let node = r["node"].as_str().unwrap_or_default();
+        let stderr = r["stderr"].as_str().unwrap_or_default();
+        let needle = format!("in use: {} is held by ", node.trim_start_matches("/dev/"));
+        let held = stderr.lines().find_map(|l| l.split_once(&needle)).map(|(_, rest)| rest);
+        let Some((path, said)) = held.and_then(|h| h.split_once(" (")) else {
+            out.push(format!("realign {node}: exit {}, {stderr:?} names not it", r["exit"]));
+            continue;
+        };
+        let said = said.strip_suffix(')').unwrap_or(said);
+        let kind = types.get(path).map(String::as_str);
+        let words = WORDS.iter().find(|(k, _)| Some(*k) == kind).map(|(_, w)| *w);
+        if r["exit"] != 2 || words != Some(said) {
+            out.push(format!(
+                "realign {node}: exit {}, held by {path} ({said}); lsblk: {path} is {kind:?}",
+                r["exit"]
+            ));
+        }
+        kinds.extend(kind.map(String::from));
+    }
+    if kinds.len() != WORDS.len() {
+        out.push(format!("the refusals named holders of types {kinds:?}, not one of each"));
     }
     out
 }
@@ -340,8 +434,10 @@ impl<'a> View<'a> {
                 continue;
             };
             let aligned = at % PHYSICAL == 0;
+            // Holders go by lsblk's names: a dm device by its dm name.
+            let shown = self.dm_name(name).unwrap_or_else(|| name.to_string());
             let held = p["holders"].as_array().into_iter().flatten().any(|h| {
-                h["via"][0] == name
+                h["via"][0] == shown.as_str()
                     && h["disk_offset_bytes"] == *at
                     && h["aligned_physical"] == aligned
             });

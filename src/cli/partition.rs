@@ -59,11 +59,11 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
             Err(e) => eprintln!("note: what the partitions hold was not checked ({e})"),
         }
         // The same refusal --yes would give, so a clean dry run means --yes works.
-        exclusive::check_unused(&root, &target)?;
+        exclusive::check_unused(&root, &target, &[])?;
         eprintln!("dry run: nothing written; add --yes to write this table");
         return Ok(EXIT_OK);
     }
-    exclusive::check_unused(&root, &target)?;
+    exclusive::check_unused(&root, &target, &[])?;
     let disk = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
     if !args.force {
         refuse_lost(&target, &lost_contents(&disk, &plan))?;

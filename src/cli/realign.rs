@@ -120,7 +120,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         }
         if !args.yes {
             print_status(&journal, args.json)?;
-            session.check_unused()?;
+            session.check_unused(&[n])?;
             eprintln!("dry run: rerun with --yes to finish this move");
             return Ok(EXIT_OK);
         }

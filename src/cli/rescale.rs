@@ -96,7 +96,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         );
     }
     if !args.yes {
-        exclusive::check_unused(&root, &target)?;
+        exclusive::check_unused(&root, &target, &[])?;
         if !blocking.is_empty() {
             eprintln!("dry run: nothing written; --yes refuses while what is named above is there");
             return Ok(EXIT_PROBLEM);
@@ -114,7 +114,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
              presents {to}"
         );
     }
-    exclusive::check_unused(&root, &target)?;
+    exclusive::check_unused(&root, &target, &[])?;
     let disk = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
     // Planned again through the handle that writes: nothing may have
     // changed in between, and this is what is checked and written.

@@ -36,7 +36,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         bail!("{} is partition {n}; name the whole disk", target.path.display());
     }
     let disk = if args.yes {
-        exclusive::check_unused(&root, &target)?;
+        exclusive::check_unused(&root, &target, &[])?;
         device::reader(exclusive::open_for_writing(&target)?, &target.path)?
     } else {
         device::open(&target)?

@@ -3,7 +3,8 @@
 //! undone.
 
 use super::ioctl;
-use super::sysfs::{partition_dirs, partition_number, read_number, read_text, SysRoot};
+use super::stack::what_holds;
+use super::sysfs::{node_path, partition_dirs, partition_number, read_number, read_text, SysRoot};
 use super::{Target, TargetKind};
 use rustix::fs::{major, minor, Mode, OFlags};
 use rustix::io::Errno;
@@ -32,6 +33,8 @@ struct Node {
     pub name: String,
     pub dev: String,
     pub holders: PathBuf,
+    /// Its number when it is a partition.
+    pub partition: Option<u32>,
 }
 
 impl Node {
@@ -41,6 +44,7 @@ impl Node {
             name: dir.file_name()?.to_str()?.to_string(),
             dev: read_text(&dir.join("dev")).unwrap_or_default(),
             holders: dir.join("holders"),
+            partition: partition_number(dir),
         })
     }
 }
@@ -48,7 +52,9 @@ impl Node {
 /// Refuse a disk that is mounted, held (LVM, MD, dm-crypt), opened
 /// exclusively (swap, btrfs) or read by a loop device through itself or
 /// any partition, and an image attached to a loop device by any path.
-pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveError> {
+/// `asked` are the partitions the caller is about to change: where one of
+/// them is in use, the refusal names it rather than another.
+pub fn check_unused(root: &SysRoot, target: &Target, asked: &[u32]) -> Result<(), ExclusiveError> {
     let busy = |why: String| Err(ExclusiveError::InUse(target.path.clone(), why));
     let Some(name) = target.name.as_deref().filter(|_| target.kind == TargetKind::Disk) else {
         return match loop_reading(root, &target.path) {
@@ -74,7 +80,10 @@ pub fn check_unused(root: &SysRoot, target: &Target) -> Result<(), ExclusiveErro
             twin.name
         ));
     }
-    match first_user(root, &nodes(root, name)) {
+    let (first, rest): (Vec<Node>, Vec<Node>) = nodes(root, name)
+        .into_iter()
+        .partition(|n| n.partition.is_some_and(|p| asked.contains(&p)));
+    match first_user(root, &first).or_else(|| first_user(root, &rest)) {
         Some(why) => busy(why),
         None => Ok(()),
     }
@@ -143,8 +152,9 @@ fn user_among(root: &SysRoot, nodes: &[Node], loops: &[AttachedLoop]) -> Option<
     let mount =
         |n: &Node| mounted(&mountinfo, &n.dev).map(|p| format!("{} is mounted on {p}", n.name));
     let held = |n: &Node| {
-        first_entry(&n.holders)
-            .map(|h| format!("{} is held by {h} (LVM, MD RAID or dm-crypt)", n.name))
+        let h = first_entry(&n.holders)?;
+        let (node, what) = (node_path(root, &h), what_holds(root, &h));
+        Some(format!("{} is held by {} ({what})", n.name, node.display()))
     };
     let stacked = |n: &Node| {
         let l = loops.iter().find(|l| l.stacked_on(&n.dev))?;
@@ -164,14 +174,16 @@ fn user_among(root: &SysRoot, nodes: &[Node], loops: &[AttachedLoop]) -> Option<
     };
     // A claimed partition makes its disk refuse O_EXCL too: ask the
     // partitions first, so the one in use is named.
+    let (parts, disks): (Vec<&Node>, Vec<&Node>) =
+        nodes.iter().partition(|n| n.partition.is_some());
     nodes
         .iter()
         .find_map(mount)
         .or_else(|| nodes.iter().find_map(held))
         .or_else(|| nodes.iter().find_map(stacked))
         .or_else(|| nodes.iter().find_map(swap))
-        .or_else(|| nodes.iter().skip(1).find_map(claim))
-        .or_else(|| nodes.first().and_then(claim))
+        .or_else(|| parts.into_iter().find_map(claim))
+        .or_else(|| disks.into_iter().find_map(claim))
 }
 
 /// Whether a swap area of /proc/swaps (its first column, a path) is the
@@ -456,10 +468,49 @@ mod tests {
         fs::create_dir_all(disk.join("sdz1/holders/dm-0")).unwrap();
         fs::write(disk.join("sdz1/partition"), "1\n").unwrap();
         fs::write(disk.join("sdz1/dev"), "8:241\n").unwrap();
-        let err = check_unused(&root, &target).unwrap_err().to_string();
-        assert!(err.contains("sdz1 is held by dm-0"), "{err}");
+        let err = check_unused(&root, &target, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains("sdz1 is held by ") && err.ends_with("/dm-0 (a stacked device)"),
+            "{err}"
+        );
         fs::remove_dir(disk.join("sdz1/holders/dm-0")).unwrap();
-        check_unused(&root, &target).unwrap();
+        check_unused(&root, &target, &[]).unwrap();
+    }
+
+    /// `realign /dev/sdz 1` with sdz1 under a dm-linear and sdz4 an md
+    /// member: the refusal names sdz1 and what holds it, by lsblk's name.
+    #[test]
+    fn the_asked_partition_and_its_real_holder_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, disk, target) = fixture_disk(dir.path(), "8:240");
+        for (n, holder) in [(1, "dm-1"), (4, "md1")] {
+            let part = disk.join(format!("sdz{n}"));
+            fs::create_dir_all(part.join("holders").join(holder)).unwrap();
+            fs::write(part.join("partition"), format!("{n}\n")).unwrap();
+            fs::write(part.join("dev"), format!("8:{}\n", 240 + n)).unwrap();
+        }
+        fs::create_dir_all(root.block("md1/md")).unwrap();
+        fs::write(root.block("md1/md/level"), "raid1\n").unwrap();
+        fs::create_dir_all(root.block("dm-1/dm")).unwrap();
+        fs::write(root.block("dm-1/dm/name"), "whole\n").unwrap();
+        fs::create_dir_all(root.dev.join("mapper")).unwrap();
+        fs::write(root.dev.join("mapper/whole"), "").unwrap();
+        let refusal = |asked: &[u32]| check_unused(&root, &target, asked).unwrap_err().to_string();
+        let mapper = root.dev.join("mapper/whole");
+        // The table is unreadable here (no /dev/mapper/control): no target type.
+        let want = format!("sdz1 is held by {} (device-mapper)", mapper.display());
+        assert!(refusal(&[1]).ends_with(&want), "{}", refusal(&[1]));
+        let want = format!("sdz4 is held by {} (MD RAID raid1)", root.dev.join("md1").display());
+        assert!(refusal(&[4]).ends_with(&want), "{}", refusal(&[4]));
+        for (uuid, what) in [
+            ("LVM-abc", "LVM logical volume"),
+            ("CRYPT-LUKS2-abc-name", "dm-crypt"),
+            ("mpath-3600", "multipath"),
+            ("part1-mpath-3600", "kpartx partition"),
+        ] {
+            fs::write(root.block("dm-1/dm/uuid"), format!("{uuid}\n")).unwrap();
+            assert!(refusal(&[1]).ends_with(&format!("({what})")), "{uuid}: {}", refusal(&[1]));
+        }
     }
 
     #[test]
@@ -476,13 +527,13 @@ mod tests {
             kind: TargetKind::Image,
             selected_partition: None,
         };
-        check_unused(&root, &target).unwrap();
+        check_unused(&root, &target, &[]).unwrap();
         fixture_loop(&root, "loop7", &image, 0);
-        let err = check_unused(&root, &target).unwrap_err().to_string();
+        let err = check_unused(&root, &target, &[]).unwrap_err().to_string();
         assert!(err.contains("/dev/loop7;"), "{err}");
         fs::remove_dir_all(root.block("loop7")).unwrap();
         fixture_loop(&root, "loop3", &link, 0);
-        let err = check_unused(&root, &target).unwrap_err().to_string();
+        let err = check_unused(&root, &target, &[]).unwrap_err().to_string();
         assert!(err.contains("/dev/loop3 (through") && err.contains("link.img"), "{err}");
     }
 
@@ -493,9 +544,9 @@ mod tests {
         let null = fs::metadata("/dev/null").unwrap().rdev();
         let (root, _, target) =
             fixture_disk(dir.path(), &format!("{}:{}", major(null), minor(null)));
-        check_unused(&root, &target).unwrap();
+        check_unused(&root, &target, &[]).unwrap();
         fixture_loop(&root, "loop5", Path::new("/dev/null"), 512);
-        let err = check_unused(&root, &target).unwrap_err().to_string();
+        let err = check_unused(&root, &target, &[]).unwrap_err().to_string();
         assert!(
             err.contains("sdz is read by loop device /dev/loop5 (losetup offset 512)"),
             "{err}"

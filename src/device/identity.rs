@@ -1,15 +1,19 @@
 //! How a disk is recognised across reboots and renames.
 
+use super::drive::scsi::parse_unit_serial;
 use super::sysfs::{read_text, SysRoot};
 use super::{Target, Topology};
 use serde::{Deserialize, Serialize};
+use std::path::Path;
 
 /// What a disk is recognised by when a write is undone or resumed: /dev
 /// names change across reboots, so the path is never trusted alone.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Identity {
     pub size_bytes: u64,
-    /// The drive's serial and WWN, when the kernel has them.
+    /// The drive's serial and WWN, when the kernel has them. A journal or
+    /// backup without one (older versions found serials on NVMe only)
+    /// matches any: a missing serial is unknown, not different.
     pub serial: Option<String>,
     pub wwid: Option<String>,
 }
@@ -21,4 +25,25 @@ pub fn identity(root: &SysRoot, target: &Target, topology: &Topology) -> Identit
         read_text(&dir.join("wwid")).or_else(|| read_text(&dir.join("device/wwid")))
     });
     Identity { size_bytes: topology.size_bytes, serial: topology.serial.clone(), wwid }
+}
+
+/// The serial of the disk whose sysfs directory is `dir`, as lsblk's SERIAL
+/// shows it: udev's ID_SCSI_SERIAL, ID_SERIAL_SHORT or ID_SERIAL (ata_id's
+/// IDENTIFY serial on SATA, usb_id's on USB, the `serial` attribute on
+/// NVMe and virtio-blk); without a udev record, the kernel's own: `serial`
+/// (virtio-blk), `device/serial` (NVMe) or the Unit Serial Number page
+/// (`device/vpd_pg80`: SCSI, and SATA through libata).
+pub(crate) fn serial(root: &SysRoot, dir: &Path) -> Option<String> {
+    let udev = root.udev_properties(dir);
+    let property = |key: &str| udev.iter().find(|(k, v)| k == key && !v.is_empty());
+    ["ID_SCSI_SERIAL", "ID_SERIAL_SHORT", "ID_SERIAL"]
+        .iter()
+        .find_map(|key| property(key))
+        .map(|(_, v)| v.trim().to_string())
+        .or_else(|| read_text(&dir.join("serial")))
+        .or_else(|| read_text(&dir.join("device/serial")))
+        .or_else(|| {
+            let page = std::fs::read(dir.join("device/vpd_pg80")).ok()?;
+            parse_unit_serial(&page).ok().flatten()
+        })
 }

@@ -126,12 +126,56 @@ pub struct Target {
 
 impl Target {
     /// The device node of partition `number` as the kernel names it
-    /// (/dev/sda1, /dev/nvme0n1p1); None for an image, which has none
-    /// until attached. The kernel's name, not the path typed: by-id links
-    /// have "-partN" siblings, not a digit appended.
+    /// (/dev/sda1, /dev/nvme0n1p1), or for a device-mapper device as
+    /// kpartx and sfdisk do (see [`mapper_partition`]); None for an image,
+    /// which has none until attached. The kernel's name, not the path
+    /// typed: by-id links have "-partN" siblings, not a digit appended.
     pub fn partition_node(&self, number: u32) -> Option<std::path::PathBuf> {
         let name = self.name.as_deref().filter(|_| self.kind == TargetKind::Disk)?;
+        if let Some(node) = mapper_partition(&self.path, number) {
+            return Some(node);
+        }
         Some(std::path::Path::new("/dev").join(partition_name(name, number)))
+    }
+
+    /// Whether it is a device-mapper device, named /dev/mapper/NAME: the
+    /// kernel makes no partitions on one (kpartx maps them).
+    pub fn is_mapper(&self) -> bool {
+        self.kind == TargetKind::Disk && mapper_partition(&self.path, 1).is_some()
+    }
+}
+
+/// Partition `number` of the device-mapper device at `mapper`
+/// (/dev/mapper/NAME) as sfdisk names it (fdisk_partname): NAMEn or NAMEpn
+/// where kpartx made that node, else NAME-partn (kpartx's udev rules).
+/// None when `mapper` is not in a directory called mapper.
+pub fn mapper_partition(mapper: &std::path::Path, number: u32) -> Option<std::path::PathBuf> {
+    let dir = mapper.parent().filter(|d| d.file_name().is_some_and(|n| n == "mapper"))?;
+    let name = mapper.file_name()?.to_str()?;
+    let candidates = [format!("{name}{number}"), format!("{name}p{number}")];
+    let made = candidates.iter().map(|c| dir.join(c)).find(|node| node.exists());
+    Some(made.unwrap_or_else(|| dir.join(format!("{name}-part{number}"))))
+}
+
+/// What kind of block device a disk target is, as JSON says it: a
+/// device-mapper or md device is not a drive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    Disk,
+    Dm,
+    Md,
+    Image,
+}
+
+/// The kind of `target`, from its sysfs directory (`dm/`, `md/`).
+pub fn device_kind(root: &SysRoot, target: &Target) -> DeviceKind {
+    let dir = target.name.as_deref().map(|name| root.block(name));
+    match (target.kind, dir) {
+        (TargetKind::Image, _) => DeviceKind::Image,
+        (_, Some(dir)) if dir.join("dm").is_dir() => DeviceKind::Dm,
+        (_, Some(dir)) if dir.join("md").is_dir() => DeviceKind::Md,
+        _ => DeviceKind::Disk,
     }
 }
 
@@ -158,8 +202,8 @@ pub mod vmimage;
 
 pub use error::DeviceError;
 pub use identity::{identity, Identity};
-pub use stack::{held, origins, Origin};
-pub use sysfs::{crypt_holder, kernel_partitions, KernelPartition, SysRoot};
+pub use stack::{held, is_held, origins, Origin};
+pub use sysfs::{crypt_holder, kernel_partitions, node_path, KernelPartition, SysRoot};
 pub use target::{check_kind, list_disks, open, open_checked, open_path, reader, resolve};
 pub use topology::{topology, validate_overrides, SectorGuess, SectorGuesser};
 

@@ -19,7 +19,9 @@ const SECTOR: u64 = 512;
 pub struct Origin {
     /// The whole disk (sda).
     pub disk: String,
-    /// The devices from the stacked one down to the disk: dm-0, md0, sda1.
+    /// The devices from the stacked one down to the disk as lsblk's NAME
+    /// says them (a device-mapper device by its dm name, not dm-N): vg-lv,
+    /// md0, sda1.
     pub via: Vec<String>,
     /// The stacked device's byte this way starts at: 0, or where a later
     /// device-mapper target begins.
@@ -34,10 +36,25 @@ pub struct Origin {
 /// slaves. For a mirror every member is one; for a striped md array each
 /// member's data area start (whole chunks go there).
 pub fn origins(root: &SysRoot, name: &str) -> Vec<Origin> {
+    kernel_origins(root, name).into_iter().map(|o| named(root, o)).collect()
+}
+
+/// [`origins`] with `via` in kernel names.
+fn kernel_origins(root: &SysRoot, name: &str) -> Vec<Origin> {
     if slaves(&class_dir(root, name)).is_empty() {
         return Vec::new();
     }
     down(root, name, 0)
+}
+
+/// `via` as lsblk names the devices: dm-N by its sysfs `dm/name`.
+fn named(root: &SysRoot, mut origin: Origin) -> Origin {
+    for n in &mut origin.via {
+        if let Some(dm) = read_text(&root.block(n).join("dm/name")) {
+            *n = dm;
+        }
+    }
+    origin
 }
 
 fn class_dir(root: &SysRoot, name: &str) -> PathBuf {
@@ -138,11 +155,7 @@ fn bcache_map(root: &SysRoot, dir: &Path, slaves: &[String]) -> Option<(u64, Str
 /// crypt map one device from an offset; striped maps each stripe's device
 /// from its offset. None when the table cannot be read.
 fn dm_maps(root: &SysRoot, dir: &Path) -> Option<Vec<(u64, String, Option<u64>)>> {
-    let (major, minor) = read_text(&dir.join("dev"))?
-        .split_once(':')
-        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))?;
-    let control = fs::File::open(root.dev.join("mapper/control")).ok()?;
-    let table = ioctl::dm_table(&control, major, minor)?;
+    let table = live_table(root, dir)?;
     let mut maps = Vec::new();
     for target in table {
         let at = target.start_sectors.checked_mul(SECTOR)?;
@@ -169,6 +182,51 @@ fn dm_maps(root: &SysRoot, dir: &Path) -> Option<Vec<(u64, String, Option<u64>)>
         }
     }
     Some(maps)
+}
+
+/// The live table of the device-mapper device of sysfs directory `dir`
+/// (DM_TABLE_STATUS, as `dmsetup table`); None without /dev/mapper/control
+/// or CAP_SYS_ADMIN.
+fn live_table(root: &SysRoot, dir: &Path) -> Option<Vec<ioctl::DmTarget>> {
+    let (major, minor) = read_text(&dir.join("dev"))?
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))?;
+    let control = fs::File::open(root.dev.join("mapper/control")).ok()?;
+    ioctl::dm_table(&control, major, minor)
+}
+
+/// What stacked device `name` is, in words, for a refusal: device-mapper
+/// by its uuid's prefix (what LVM, cryptsetup, multipath and kpartx
+/// write) or else its live table's target types, md by its level, bcache.
+pub(crate) fn what_holds(root: &SysRoot, name: &str) -> String {
+    let dir = root.block(name);
+    if dir.join("dm").is_dir() {
+        let uuid = read_text(&dir.join("dm/uuid")).unwrap_or_default();
+        let by_uuid = [
+            ("LVM-", "LVM logical volume"),
+            ("CRYPT-", "dm-crypt"),
+            ("mpath-", "multipath"),
+            ("part", "kpartx partition"),
+        ];
+        if let Some((_, what)) = by_uuid.iter().find(|(prefix, _)| uuid.starts_with(prefix)) {
+            return what.to_string();
+        }
+        let mut kinds: Vec<String> =
+            live_table(root, &dir).unwrap_or_default().into_iter().map(|t| t.kind).collect();
+        kinds.dedup();
+        return match kinds.is_empty() {
+            true => "device-mapper".into(),
+            false => format!("device-mapper {}", kinds.join("+")),
+        };
+    }
+    if dir.join("md").is_dir() {
+        let level = read_text(&dir.join("md/level"));
+        return level.map_or("MD RAID".into(), |level| format!("MD RAID {level}"));
+    }
+    if dir.join("bcache").exists() {
+        return "bcache".into();
+    }
+    "a stacked device".into()
 }
 
 /// The kernel name of device `major:minor`.
@@ -213,7 +271,14 @@ pub fn held(root: &SysRoot, disk: &str, number: Option<u32>) -> Vec<Origin> {
     above.sort();
     above.dedup();
     let mine = |o: &Origin| o.disk == disk && o.via.last() == Some(&below);
-    above.iter().flat_map(|h| origins(root, h).into_iter().filter(mine)).collect()
+    let found = above.iter().flat_map(|h| kernel_origins(root, h).into_iter().filter(mine));
+    found.map(|o| named(root, o)).collect()
+}
+
+/// Whether anything holds block device `name` (a kpartx mapping over a
+/// dm device, an LV on a PV...).
+pub fn is_held(root: &SysRoot, name: &str) -> bool {
+    !holders(&class_dir(root, name)).is_empty()
 }
 
 fn holders(dir: &Path) -> Vec<String> {
@@ -247,6 +312,7 @@ mod tests {
         dir("block/md0/holders/dm-0");
         dir("block/dm-0/slaves/md0");
         dir("block/dm-0/dm");
+        put("block/dm-0/dm/name", "vg-lv");
         dir("class/block");
         for (name, at) in [("sda", "sda"), ("sdb", "sdb"), ("md0", "md0"), ("dm-0", "dm-0")] {
             symlink(format!("../../block/{at}"), sys.join("class/block").join(name)).unwrap();
@@ -276,7 +342,7 @@ mod tests {
         let found = origins(&root, "dm-0");
         assert_eq!(found.len(), 2);
         assert!(found.iter().all(|o| o.disk_offset_bytes.is_none()), "{found:?}");
-        assert_eq!(found[1].via, ["dm-0", "md0", "sdb1"]);
+        assert_eq!(found[1].via, ["vg-lv", "md0", "sdb1"], "lsblk's names, not dm-0");
     }
 
     #[test]
@@ -319,7 +385,7 @@ mod tests {
         let (_tmp, root) = fixture();
         let held = held(&root, "sda", Some(1));
         let via: Vec<&str> = held.iter().map(|o| o.via[0].as_str()).collect();
-        assert_eq!(via, ["dm-0", "md0"]);
+        assert_eq!(via, ["vg-lv", "md0"], "dm-0 by its dm name");
         assert!(held.iter().all(|o| o.disk == "sda"));
         assert!(super::held(&root, "sda", None).is_empty());
     }

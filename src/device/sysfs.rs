@@ -4,29 +4,60 @@ use serde::Serialize;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// Where to find sysfs and device nodes: real ("/sys", "/dev") or a fixture
-/// tree laid out as ROOT/sys/block/... and ROOT/dev/NAME.
+/// Where to find sysfs, device nodes and udev's database: real ("/sys",
+/// "/dev", "/run/udev/data") or a fixture tree laid out as
+/// ROOT/sys/block/..., ROOT/dev/NAME and ROOT/run/udev/data/bMAJ:MIN.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SysRoot {
     pub sys: PathBuf,
     pub dev: PathBuf,
+    pub udev: PathBuf,
 }
 
 impl SysRoot {
     pub fn real() -> SysRoot {
-        SysRoot { sys: PathBuf::from("/sys"), dev: PathBuf::from("/dev") }
+        SysRoot {
+            sys: PathBuf::from("/sys"),
+            dev: PathBuf::from("/dev"),
+            udev: PathBuf::from("/run/udev/data"),
+        }
     }
 
-    /// A fixture: `sys` is ROOT/sys, device nodes are in ROOT/dev.
+    /// A fixture: `sys` is ROOT/sys, device nodes are in ROOT/dev, udev's
+    /// database in ROOT/run/udev/data.
     pub fn fixture(sys: PathBuf) -> SysRoot {
-        let dev = sys.parent().unwrap_or(Path::new("")).join("dev");
-        SysRoot { sys, dev }
+        let base = sys.parent().unwrap_or(Path::new("")).to_path_buf();
+        SysRoot { sys, dev: base.join("dev"), udev: base.join("run/udev/data") }
+    }
+
+    /// udev's properties of the block device of sysfs directory `dir`
+    /// (its `dev` attribute names the database file): KEY=VALUE lines
+    /// after "E:". Empty when udev has no record (no udevd, a container).
+    pub(crate) fn udev_properties(&self, dir: &Path) -> Vec<(String, String)> {
+        let Some(number) = read_text(&dir.join("dev")) else { return Vec::new() };
+        let text = fs::read(self.udev.join(format!("b{number}"))).unwrap_or_default();
+        String::from_utf8_lossy(&text)
+            .lines()
+            .filter_map(|l| l.strip_prefix("E:")?.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     /// SYS/block/NAME.
     pub(crate) fn block(&self, name: &str) -> PathBuf {
         self.sys.join("block").join(name)
     }
+}
+
+/// The node of block device `name` as lsblk's PATH names it:
+/// /dev/mapper/NAME for a device-mapper device (its sysfs `dm/name`; LVM's
+/// /dev/VG/LV is a link to the same node), where that node exists; else
+/// /dev/NAME.
+pub fn node_path(root: &SysRoot, name: &str) -> PathBuf {
+    read_text(&root.block(name).join("dm/name"))
+        .map(|dm| root.dev.join("mapper").join(dm))
+        .filter(|mapper| mapper.exists())
+        .unwrap_or_else(|| root.dev.join(name))
 }
 
 /// A partition as the kernel sees it, in bytes.
@@ -48,7 +79,7 @@ pub fn kernel_partitions(root: &SysRoot, name: &str) -> Vec<KernelPartition> {
 
 /// The opened dm-crypt device over partition `number` of disk `name`, from
 /// the partition's sysfs `holders/` (a dm device whose uuid starts with
-/// "CRYPT-"): its node and size in bytes. What it holds can only be read
+/// "CRYPT-"): its node (/dev/mapper/NAME) and size in bytes. What it holds can only be read
 /// through it.
 pub fn crypt_holder(root: &SysRoot, name: &str, number: u32) -> Option<(PathBuf, u64)> {
     let part = partition_dirs(&root.block(name))
@@ -60,7 +91,7 @@ pub fn crypt_holder(root: &SysRoot, name: &str, number: u32) -> Option<(PathBuf,
         let dir = root.block(&holder);
         read_text(&dir.join("dm/uuid")).filter(|uuid| uuid.starts_with("CRYPT-"))?;
         let size = read_number(&dir.join("size"))?.checked_mul(512)?;
-        Some((root.dev.join(&holder), size))
+        Some((node_path(root, &holder), size))
     })
 }
 

@@ -1,6 +1,6 @@
 //! Turning what the user typed into a whole disk or an image, and opening it.
 
-use super::sysfs::{block_dir, partition_number, read_number, SysRoot};
+use super::sysfs::{block_dir, node_path, partition_number, read_number, SysRoot};
 use super::{ioctl, DeviceError, Target, TargetKind};
 use crate::io::DirectReader;
 use rustix::fs::{major, minor, Mode, OFlags};
@@ -35,9 +35,12 @@ fn is_auditable(root: &SysRoot, name: &str) -> bool {
     read_number(&dir.join("size")).is_some_and(|sectors| sectors > 0)
 }
 
+/// A block device by the node lsblk's PATH names (/dev/mapper/NAME for
+/// device-mapper), so that headers, hints and journal names survive a
+/// reboot that renumbers dm-N.
 fn disk_target(root: &SysRoot, name: String, selected_partition: Option<u32>) -> Target {
     Target {
-        path: root.dev.join(&name),
+        path: node_path(root, &name),
         name: Some(name),
         kind: TargetKind::Disk,
         selected_partition,

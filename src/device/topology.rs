@@ -99,7 +99,7 @@ fn disk_topology(root: &SysRoot, target: &Target, file: Option<&File>) -> Topolo
         rotational: read_rotational(&dir),
         vendor: read_text(&dir.join("device/vendor")),
         model,
-        serial: read_text(&dir.join("device/serial")),
+        serial: super::identity::serial(root, &dir),
         drive,
         notes,
     }

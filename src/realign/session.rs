@@ -77,8 +77,9 @@ fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SessionEr
 /// check, a writer and the kernel. [`Device`] is the real one; tests inject
 /// failures through their own.
 pub trait Host {
-    /// Refuse a target that is mounted, held, attached or locked.
-    fn check_unused(&self) -> Result<(), SessionError>;
+    /// Refuse a target that is mounted, held, attached or locked, naming
+    /// the partitions in `asked` first where they are the ones in use.
+    fn check_unused(&self, asked: &[u32]) -> Result<(), SessionError>;
     /// Refuse a journal where a crash of the target would take it along.
     fn check_journal(&self, journal: &Path) -> Result<(), SessionError>;
     /// The target opened for the move's writes.
@@ -394,8 +395,9 @@ impl Session {
         &self.target
     }
 
-    pub fn check_unused(&self) -> Result<(), SessionError> {
-        self.host.check_unused()
+    /// The in-use guard, for a move of the partitions `asked`.
+    pub fn check_unused(&self, asked: &[u32]) -> Result<(), SessionError> {
+        self.host.check_unused(asked)
     }
 
     pub fn layout(&self) -> Result<Layout, SessionError> {
@@ -540,7 +542,7 @@ impl Session {
     pub fn preflight(&self, opts: &Options, wanted: &[u32]) -> Result<PathBuf, SessionError> {
         let first = self.journal_path(opts, wanted.first().copied().unwrap_or(1));
         self.host.check_journal(&first)?;
-        self.host.check_unused()?;
+        self.host.check_unused(wanted)?;
         Ok(first)
     }
 
@@ -690,7 +692,7 @@ impl Session {
         mut journal: Journal,
         events: &mut dyn Events,
     ) -> Result<Outcome, SessionError> {
-        self.host.check_unused()?;
+        self.host.check_unused(&[journal.record.partition])?;
         let writer = self.host.writer()?;
         let m = journal.record.clone();
         if journal.state.sequence > 1 {
@@ -953,9 +955,14 @@ impl Session {
         opts.journal.clone().unwrap_or_else(|| self.default_journal(n))
     }
 
+    /// A block device's journal is named by the kernel name, a
+    /// device-mapper device's by its mapper name (dm-N is renumbered at
+    /// boot; the journal must be found under the name the rerun uses).
     fn default_journal(&self, n: u32) -> PathBuf {
+        let mapper = self.target.path.file_name().filter(|_| self.target.is_mapper());
         match (&self.target.kind, &self.target.name) {
             (TargetKind::Disk, Some(name)) => {
+                let name = mapper.map_or(name.clone(), |m| m.to_string_lossy().into_owned());
                 self.store.journal_dir().join(format!("{name}-p{n}.journal"))
             }
             _ => {
@@ -992,8 +999,8 @@ pub struct Device {
 }
 
 impl Host for Device {
-    fn check_unused(&self) -> Result<(), SessionError> {
-        Ok(exclusive::check_unused(&self.root, &self.target)?)
+    fn check_unused(&self, asked: &[u32]) -> Result<(), SessionError> {
+        Ok(exclusive::check_unused(&self.root, &self.target, asked)?)
     }
 
     fn check_journal(&self, journal: &Path) -> Result<(), SessionError> {
@@ -1267,7 +1274,7 @@ mod tests {
     }
 
     impl Host for Mem {
-        fn check_unused(&self) -> Result<(), SessionError> {
+        fn check_unused(&self, _: &[u32]) -> Result<(), SessionError> {
             Ok(())
         }
 
@@ -1452,6 +1459,24 @@ mod tests {
         assert!(log.notes.iter().any(|n| n.contains("warning: injected")), "{:?}", log.notes);
         assert_moved(&lab);
         assert!(lab.session.store.unfinished().is_empty());
+    }
+
+    /// A device-mapper device's journal goes by its mapper name, which a
+    /// reboot keeps, not by dm-N, which it renumbers.
+    #[test]
+    fn a_device_mapper_journal_is_named_by_its_mapper_name() {
+        let mut lab = lab();
+        let name = |lab: &Lab| lab.session.default_journal(2).file_name().map(|n| n.to_owned());
+        lab.session.target = Target {
+            path: PathBuf::from("/dev/mapper/vg-lv"),
+            name: Some("dm-7".into()),
+            kind: TargetKind::Disk,
+            selected_partition: None,
+        };
+        assert_eq!(name(&lab).as_deref(), Some("vg-lv-p2.journal".as_ref()));
+        lab.session.target.path = PathBuf::from("/dev/sdb");
+        lab.session.target.name = Some("sdb".into());
+        assert_eq!(name(&lab).as_deref(), Some("sdb-p2.journal".as_ref()));
     }
 
     /// The two crash windows of "record, then journal": a record whose

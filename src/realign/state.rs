@@ -197,6 +197,9 @@ mod tests {
         let other = Identity { size_bytes: 1, ..id.clone() };
         assert!(!applies(&m, &disk, &other));
         let serial = Identity { serial: Some("B".into()), ..id.clone() };
+        // A journal from a version that found no serial here still applies.
+        let old = Move { identity: Identity { serial: None, ..id.clone() }, ..m.clone() };
+        assert!(applies(&old, &disk, &serial), "a missing serial is unknown");
         let m2 = Move { identity: Identity { serial: Some("A".into()), ..id }, ..m };
         assert!(!applies(&m2, &disk, &serial));
     }

@@ -5,7 +5,7 @@ use crate::audit::{
     DiskAudit, LayerAudit, OriginAudit, PartSource, PartitionAudit, StructureAudit, TableState,
 };
 use crate::device::drive::Drive;
-use crate::device::{Source, TargetKind};
+use crate::device::{DeviceKind, Source};
 use crate::stack::Contents;
 use crate::table::{PartKind, Problem};
 use serde::Serialize;
@@ -21,7 +21,7 @@ struct Document<'a> {
 struct Target<'a> {
     path: &'a Path,
     name: Option<&'a str>,
-    kind: Option<TargetKind>,
+    kind: Option<DeviceKind>,
     /// A VM image's format, read through QEMU; null for a disk or raw image.
     image_format: Option<&'a str>,
     /// The libvirt guest whose disk this is, and its name for it (vda).

@@ -19,7 +19,8 @@
 # and audit.json, one `blkalign audit --json` of every device and disk
 # (stderr in audit.err, exit status in kernel.json; the build's in
 # build.err, printed if the script fails); human.txt, the human report of
-# md0 and disk 2.
+# md0 and disk 2; refusals.json, `realign --yes` of a held partition of each
+# kind (exit status and stderr), beside lsblk.json (`lsblk -J -o NAME,PATH,TYPE`).
 set -euo pipefail
 BLKALIGN=$(lab_local "$BLKALIGN")
 out=$1 d1=$(lab_disk "$2") d2=$(lab_disk "$3")
@@ -116,3 +117,17 @@ printf '{"audit_exit": %s, "bcache0": %s}\n' "$bexit" "$(kdev bcache0)" >"$out/b
 } >"$out/kernel.json"
 # The human report of a stacked device and a disk holding one.
 "$BLKALIGN" audit /dev/md0 "$d2" /dev/bcache0 >"$out/human.txt" 2>&1 || true
+
+# The in-use guard, every partition of both disks held: `realign DISK N
+# --yes` must name partition N and what holds it (a dm-linear, md raid1,
+# dm-crypt, an LV), as lsblk names them (lsblk.json).
+export BLKALIGN_STATE_DIR=/tmp/state
+refusals=""
+for case in "$d2 3" "$d2 1" "$d1 3" "$d1 4"; do
+  read -r disk n <<<"$case"
+  code=0
+  err=$("$BLKALIGN" realign "$disk" "$n" --yes 2>&1 >/dev/null) || code=$?
+  refusals+="${refusals:+, }{\"node\": \"$(part "$disk" "$n")\", \"exit\": $code, \"stderr\": $(jq -Rs . <<<"$err")}"
+done
+echo "[$refusals]" >"$out/refusals.json"
+lsblk -J -o NAME,PATH,TYPE >"$out/lsblk.json"

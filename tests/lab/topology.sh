@@ -8,7 +8,7 @@
 # `blkalign audit --json` of the disk (its stderr in OUT/LABEL.err), and
 # the drive's own answers as the peers print them: hdparm -I (ATA
 # IDENTIFY), sg_readcap -l (READ CAPACITY(16)), sg_vpd -p bl (Block
-# Limits) and nvme id-ns -o json.
+# Limits), nvme id-ns -o json and id-ctrl -o json, and lsblk -dno SERIAL.
 set -euo pipefail
 BLKALIGN=$(lab_local "$BLKALIGN")
 out=$1
@@ -44,9 +44,10 @@ record() {
     printf '"kernel": {"logical": %s, "physical": %s, "alignment_offset": %s, "minimum_io": %s, "optimal_io": %s},\n' \
       "$(q "$name" logical_block_size)" "$(q "$name" physical_block_size)" \
       "$(cat "/sys/block/$name/alignment_offset")" "$(q "$name" minimum_io_size)" "$(q "$name" optimal_io_size)"
-    printf '"peers": {"hdparm": %s, "readcap": %s, "vpd_bl": %s, "nvme": %s},\n' \
+    printf '"peers": {"hdparm": %s, "readcap": %s, "vpd_bl": %s, "nvme": %s, "nvme_ctrl": %s, "lsblk_serial": %s},\n' \
       "$(peer hdparm -I "$dev")" "$(peer sg_readcap -l "$dev")" \
-      "$(peer sg_vpd -p bl "$dev")" "$(nvme id-ns -o json "$dev" 2>/dev/null || echo null)"
+      "$(peer sg_vpd -p bl "$dev")" "$(nvme id-ns -o json "$dev" 2>/dev/null || echo null)" \
+      "$(nvme id-ctrl -o json "$dev" 2>/dev/null || echo null)" "$(peer lsblk -dno SERIAL "$dev")"
     printf '"audit": '
     cat /tmp/audit.json
     printf '}\n'

@@ -1,7 +1,8 @@
 //! Asking the drive itself: ATA IDENTIFY DEVICE, SCSI READ CAPACITY(16) and
-//! the Block Limits VPD page, NVMe Identify Namespace. The kernel's sector
-//! sizes come from what its driver chose to ask (RC10 on USB, the atomic
-//! write unit on NVMe), so the drive's own answer is kept beside them.
+//! the Block Limits VPD page, NVMe Identify Namespace and Controller. The
+//! kernel's sector sizes come from what its driver chose to ask (RC10 on
+//! USB, the atomic write unit on NVMe), so the drive's own answer is kept
+//! beside them.
 
 pub mod ata;
 pub mod nvme;
@@ -92,7 +93,10 @@ pub fn ask(file: &File, sys: &Path) -> Option<Drive> {
     let device = std::fs::canonicalize(sys.join("device")).ok()?;
     let mut drive = Drive { usb_bridge: usb_bridge(&device), ..Drive::default() };
     match crate::device::sysfs::read_text(&sys.join("nsid")).and_then(|n| n.parse().ok()) {
-        Some(nsid) => ask_nvme(file, nsid, &mut drive),
+        Some(nsid) => {
+            ask_nvme(file, nsid, &mut drive);
+            identify_controller(file, &mut drive);
+        }
         None => ask_scsi(file, &mut drive),
     }
     Some(drive)
@@ -208,6 +212,19 @@ fn ask_nvme(file: &File, nsid: u32, drive: &mut Drive) {
             in_use: f.index == ns.format_in_use,
         })
         .collect();
+}
+
+/// Identify Controller: the drive's vendor (its PCI vendor ID, as
+/// `nvme id-ctrl` prints VID), serial, model and firmware.
+fn identify_controller(file: &File, drive: &mut Drive) {
+    let command = Command::NvmeIdentifyController;
+    let Some(data) = drive.run(file, command) else { return };
+    let Some(ctrl) = drive.parsed(command, nvme::parse_id_ctrl(&data)) else { return };
+    drive.protocol = Some(Protocol::Nvme);
+    drive.vendor = Some(format!("{:#06x}", ctrl.vendor_id));
+    drive.serial = Some(ctrl.serial).filter(|v| !v.is_empty());
+    drive.model = Some(ctrl.model).filter(|v| !v.is_empty());
+    drive.firmware = Some(ctrl.firmware).filter(|v| !v.is_empty());
 }
 
 /// The nearest USB device above the disk in sysfs.

@@ -121,6 +121,41 @@ impl IdNamespace {
     }
 }
 
+/// What blkalign reads of Identify Controller (CNS 01h, base specification
+/// 2.0 figure 275): who made the drive and what it is, as `nvme id-ctrl`
+/// prints them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IdController {
+    /// VID, bytes 1:0: the PCI vendor ID.
+    pub vendor_id: u16,
+    /// SN, bytes 23:4, ASCII, space-padded.
+    pub serial: String,
+    /// MN, bytes 63:24.
+    pub model: String,
+    /// FR, bytes 71:64.
+    pub firmware: String,
+}
+
+const CONTROLLER: &str = "NVMe Identify Controller";
+/// Through FR; the structure is 4096 bytes.
+const CONTROLLER_HEAD: usize = 72;
+
+/// Parse the Identify Controller data structure (at least its first 72
+/// bytes).
+pub fn parse_id_ctrl(data: &[u8]) -> Result<IdController, ParseError> {
+    let b: &[u8; CONTROLLER_HEAD] = data.first_chunk().ok_or(ParseError::Short {
+        what: CONTROLLER,
+        got: data.len(),
+        need: CONTROLLER_HEAD,
+    })?;
+    Ok(IdController {
+        vendor_id: u16::from_le_bytes([b[0], b[1]]),
+        serial: super::scsi::text(&b[4..24]),
+        model: super::scsi::text(&b[24..64]),
+        firmware: super::scsi::text(&b[64..72]),
+    })
+}
+
 /// Parse the Identify Namespace data structure (at least its first 384
 /// bytes, through the LBA format table).
 pub fn parse_id_ns(data: &[u8]) -> Result<IdNamespace, ParseError> {
@@ -472,9 +507,27 @@ mod tests {
         }
     }
 
+    #[test]
+    fn identify_controller_strings() {
+        let mut b = vec![b' '; 4096];
+        b[..4].copy_from_slice(&[0x36, 0x1b, 0xf4, 0x1a]);
+        b[4..8].copy_from_slice(b"nvme");
+        b[24..38].copy_from_slice(b"QEMU NVMe Ctrl");
+        b[64..69].copy_from_slice(b"7.2.0");
+        let c = parse_id_ctrl(&b).unwrap();
+        assert_eq!(c.vendor_id, 0x1b36);
+        assert_eq!((c.serial.as_str(), c.model.as_str()), ("nvme", "QEMU NVMe Ctrl"));
+        assert_eq!(c.firmware, "7.2.0");
+        for n in 0..CONTROLLER_HEAD {
+            let err = parse_id_ctrl(&b[..n]).unwrap_err();
+            assert_eq!(err, ParseError::Short { what: CONTROLLER, got: n, need: CONTROLLER_HEAD });
+        }
+    }
+
     proptest! {
         #[test]
         fn never_panics(head in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let _ = parse_id_ctrl(&head);
             if let Ok(ns) = parse_id_ns(&head) {
                 let _ = ns.preferred_write_bytes();
                 prop_assert!(ns.formats.iter().all(|f| f.index <= MAX_NLBAF));

@@ -13,6 +13,8 @@ const RC16: &str = "SCSI READ CAPACITY(16)";
 const RC16_LEN: usize = 16;
 const SUPPORTED_PAGES: &str = "SCSI Supported VPD Pages";
 const VPD_HEADER: usize = 4;
+const UNIT_SERIAL: &str = "SCSI Unit Serial Number VPD page";
+const UNIT_SERIAL_PAGE: u8 = 0x80;
 const BLOCK_LIMITS: &str = "SCSI Block Limits VPD page";
 const BLOCK_LIMITS_PAGE: u8 = 0xB0;
 /// Up to the optimal transfer length; SBC-2's page ended there.
@@ -145,6 +147,23 @@ pub fn parse_block_limits(data: &[u8]) -> Result<BlockLimits, ParseError> {
         maximum_transfer_blocks: field(11, maximum).map(u64::from),
         optimal_transfer_blocks: field(15, optimal).map(u64::from),
     })
+}
+
+/// The Unit Serial Number VPD page (0x80), as the kernel keeps it in sysfs
+/// `device/vpd_pg80`: the serial, trimmed; None when blank. A page cut
+/// short is what is there.
+pub fn parse_unit_serial(data: &[u8]) -> Result<Option<String>, ParseError> {
+    let b: &[u8; VPD_HEADER] = data.first_chunk().ok_or(short(UNIT_SERIAL, data, VPD_HEADER))?;
+    if b[1] != UNIT_SERIAL_PAGE {
+        return Err(ParseError::Invalid {
+            what: UNIT_SERIAL,
+            reason: format!("page code {:#04x}, not 0x80", b[1]),
+        });
+    }
+    let length = usize::from(u16::from_be_bytes([b[2], b[3]]));
+    let body = data.get(VPD_HEADER..).unwrap_or_default();
+    let serial = text(body.get(..length).unwrap_or(body));
+    Ok(Some(serial).filter(|s| !s.is_empty()))
 }
 
 fn short(what: &'static str, data: &[u8], need: usize) -> ParseError {
@@ -359,12 +378,24 @@ mod tests {
         prefixes_are_short(&block_limits(8, 65535, 2048), BLOCK_LIMITS_LEN, parse_block_limits);
     }
 
+    #[test]
+    fn unit_serial_number_page() {
+        let page = b"\x00\x80\x00\x10        5QG7BWGF";
+        assert_eq!(parse_unit_serial(page).unwrap().as_deref(), Some("5QG7BWGF"));
+        // Bytes past the page length are not the serial.
+        assert_eq!(parse_unit_serial(b"\x00\x80\x00\x02AB  CD").unwrap().as_deref(), Some("AB"));
+        assert_eq!(parse_unit_serial(b"\x00\x80\x00\x08  ").unwrap(), None, "blank");
+        assert!(parse_unit_serial(b"\x00\x83\x00\x02AB").is_err(), "another page");
+        prefixes_are_short(page, VPD_HEADER, parse_unit_serial);
+    }
+
     proptest! {
         #[test]
         fn never_panics(data in proptest::collection::vec(any::<u8>(), 0..80)) {
             let _ = parse_inquiry(&data);
             let _ = parse_supported_vpd_pages(&data);
             let _ = parse_block_limits(&data);
+            let _ = parse_unit_serial(&data);
             if let Ok(cap) = parse_read_capacity16(&data) {
                 prop_assert_eq!(
                     cap.physical_block_size,

@@ -19,6 +19,8 @@ pub enum Command {
     AtaIdentify,
     /// NVMe admin Identify (0x06), CNS 00h: the namespace.
     NvmeIdentifyNamespace(u32),
+    /// NVMe admin Identify (0x06), CNS 01h: the controller.
+    NvmeIdentifyController,
 }
 
 impl Command {
@@ -31,6 +33,7 @@ impl Command {
             Command::ReadCapacity16 => "SCSI RC16",
             Command::AtaIdentify => "ATA IDENTIFY",
             Command::NvmeIdentifyNamespace(_) => "NVMe Identify Namespace",
+            Command::NvmeIdentifyController => "NVMe Identify Controller",
         }
     }
 
@@ -41,7 +44,7 @@ impl Command {
             Command::Vpd(_) => 252,
             Command::ReadCapacity16 => 32,
             Command::AtaIdentify => 512,
-            Command::NvmeIdentifyNamespace(_) => 4096,
+            Command::NvmeIdentifyNamespace(_) | Command::NvmeIdentifyController => 4096,
         }
     }
 
@@ -71,7 +74,7 @@ impl Command {
                 cdb[14] = 0xEC;
                 cdb
             }
-            Command::NvmeIdentifyNamespace(_) => return None,
+            Command::NvmeIdentifyNamespace(_) | Command::NvmeIdentifyController => return None,
         })
     }
 }
@@ -114,7 +117,13 @@ impl AskError {
 /// as the device made it.
 pub fn ask(file: &File, command: Command) -> Result<Vec<u8>, AskError> {
     match (command, command.cdb()) {
-        (Command::NvmeIdentifyNamespace(nsid), _) => nvme_identify(file, nsid, command.length()),
+        (Command::NvmeIdentifyNamespace(nsid), _) => {
+            nvme_identify(file, nsid, CNS_NAMESPACE, command.length())
+        }
+        // The controller's structure names no namespace (NSID 0).
+        (Command::NvmeIdentifyController, _) => {
+            nvme_identify(file, 0, CNS_CONTROLLER, command.length())
+        }
         (_, Some(cdb)) => scsi(file, &cdb, command.length()),
         (_, None) => Err(AskError::Unsupported(command.name().into())),
     }
@@ -238,6 +247,9 @@ fn sense_key(sense: &[u8]) -> Option<(u8, u8, u8)> {
 /// nvme_passthru_cmd).
 const NVME_IOCTL_ADMIN_CMD: Opcode = opcode::read_write::<NvmePassthru>(b'N', 0x41);
 const NVME_ADMIN_IDENTIFY: u8 = 0x06;
+/// Identify's Controller or Namespace Structure field (CDW10 bits 7:0).
+const CNS_NAMESPACE: u32 = 0x00;
+const CNS_CONTROLLER: u32 = 0x01;
 
 /// struct nvme_passthru_cmd from linux/nvme_ioctl.h (72 bytes).
 #[repr(C)]
@@ -262,7 +274,7 @@ struct NvmePassthru {
     result: u32,
 }
 
-fn nvme_identify(file: &File, nsid: u32, length: usize) -> Result<Vec<u8>, AskError> {
+fn nvme_identify(file: &File, nsid: u32, cns: u32, length: usize) -> Result<Vec<u8>, AskError> {
     let mut data = vec![0u8; length];
     let mut cmd = NvmePassthru {
         opcode: NVME_ADMIN_IDENTIFY,
@@ -275,8 +287,7 @@ fn nvme_identify(file: &File, nsid: u32, length: usize) -> Result<Vec<u8>, AskEr
         addr: data.as_mut_ptr() as u64,
         metadata_len: 0,
         data_len: u32::try_from(length).map_err(|_| AskError::Io("answer too long".into()))?,
-        // CNS 00h: Identify Namespace.
-        cdw10: 0,
+        cdw10: cns,
         cdw11: 0,
         cdw12: 0,
         cdw13: 0,
@@ -327,13 +338,14 @@ unsafe impl rustix::ioctl::Ioctl for Admin<'_> {
 mod tests {
     use super::*;
 
-    const ALL: [Command; 6] = [
+    const ALL: [Command; 7] = [
         Command::Inquiry,
         Command::Vpd(0x00),
         Command::Vpd(0xB0),
         Command::ReadCapacity16,
         Command::AtaIdentify,
         Command::NvmeIdentifyNamespace(1),
+        Command::NvmeIdentifyController,
     ];
 
     /// Every command is an inquiry: INQUIRY 0x12, SERVICE ACTION IN(16)
@@ -344,7 +356,7 @@ mod tests {
     fn every_command_reads() {
         for command in ALL {
             let Some(cdb) = command.cdb() else {
-                assert_eq!(command, Command::NvmeIdentifyNamespace(1));
+                assert!(command.name().starts_with("NVMe Identify"), "{command:?}");
                 continue;
             };
             match cdb[0] {
