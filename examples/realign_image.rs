@@ -9,7 +9,6 @@
 use blkalign::align::Class;
 use blkalign::audit::{self, DiskAudit};
 use blkalign::device::{Overrides, SysRoot};
-use blkalign::plan::Align;
 use blkalign::realign::session::{Done, Events, Options, Outcome, Session};
 use blkalign::realign::state::Store;
 use std::path::{Path, PathBuf};
@@ -64,14 +63,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let session = Session::open(root.clone(), &path, &Overrides::default(), false)?
         .store(Store::new(work.path().join("state")));
     let wanted = session.wanted(&[])?;
-    let opts = Options {
-        to: None,
-        align: Align::Optimal,
-        force: false,
-        misalign_layers: false,
-        read_check: true,
-        journal: None,
-    };
+    let opts = Options::default();
     for planned in session.plan(&opts, &wanted)? {
         print!("{}", planned.describe(&path));
     }

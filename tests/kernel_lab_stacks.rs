@@ -59,16 +59,8 @@ fn live_stacks_agree_with_the_kernel_and_the_peers() {
     lab::run(&dir, &disks, "stacks.sh", &args);
 
     let rw = dir.rw();
-    let text = |name: &str| std::fs::read_to_string(rw.join(name)).unwrap_or_default();
-    let json = |name: &str| -> Value {
-        serde_json::from_str(&text(name)).unwrap_or_else(|e| {
-            panic!(
-                "{name}: {e}\nbuild.err:\n{}\naudit.err:\n{}",
-                text("build.err"),
-                text("audit.err")
-            )
-        })
-    };
+    let text = |name: &str| text_of(&rw, name);
+    let json = |name: &str| json_of(&rw, name);
     let kernel = json("kernel.json");
     let audit = json("audit.json");
     let members: Vec<String> = std::fs::read_dir(&rw)
@@ -270,6 +262,23 @@ fn check_refusals(refusals: &Value, lsblk: &Value) -> Vec<String> {
         out.push(format!("the refusals named holders of types {kinds:?}, not one of each"));
     }
     out
+}
+
+/// The text of a file the guest wrote in `rw` ("" when it wrote none).
+fn text_of(rw: &std::path::Path, name: &str) -> String {
+    std::fs::read_to_string(rw.join(name)).unwrap_or_default()
+}
+
+/// A JSON file the guest wrote in `rw`; when it does not parse, the
+/// guest's build and audit errors say why.
+fn json_of(rw: &std::path::Path, name: &str) -> Value {
+    serde_json::from_str(&text_of(rw, name)).unwrap_or_else(|e| {
+        panic!(
+            "{name}: {e}\nbuild.err:\n{}\naudit.err:\n{}",
+            text_of(rw, "build.err"),
+            text_of(rw, "audit.err")
+        )
+    })
 }
 
 /// What the peers printed in the guest.
@@ -610,16 +619,8 @@ fn a_move_never_misaligns_what_the_kernel_aligned() {
     let args = [dir.rw().display().to_string(), "k1".into(), "k2".into(), "k3".into()];
     lab::run(&dir, &disks, "keep.sh", &args);
     let rw = dir.rw();
-    let text = |name: &str| std::fs::read_to_string(rw.join(name)).unwrap_or_default();
-    let json = |name: &str| -> Value {
-        serde_json::from_str(&text(name)).unwrap_or_else(|e| {
-            panic!(
-                "{name}: {e}\nbuild.err:\n{}\naudit.err:\n{}",
-                text("build.err"),
-                text("audit.err")
-            )
-        })
-    };
+    let text = |name: &str| text_of(&rw, name);
+    let json = |name: &str| json_of(&rw, name);
     let before = json("before.json");
     // What cryptsetup and LVM made of the kernel's alignment_offset.
     assert_eq!(before["luks_dump"]["0"]["offset"], ((16u64 << 20) + 512).to_string(), "{before}");

@@ -311,6 +311,20 @@ pub struct Options {
     pub journal: Option<PathBuf>,
 }
 
+/// The safe defaults: the optimal grain, nothing forced, the read check.
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            to: None,
+            align: Align::Optimal,
+            force: false,
+            misalign_layers: false,
+            read_check: true,
+            journal: None,
+        }
+    }
+}
+
 /// A target opened for moving its partitions.
 pub struct Session {
     target: Target,
@@ -1361,14 +1375,7 @@ mod tests {
     }
 
     fn opts() -> Options {
-        Options {
-            to: None,
-            align: Align::Optimal,
-            force: false,
-            misalign_layers: false,
-            read_check: true,
-            journal: None,
-        }
+        Options::default()
     }
 
     /// The partition moved whole, and the table says where.
