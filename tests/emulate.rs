@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::emulate::{median_write, queue_value, state_dir, AlignedBuf, EmulatedDrive};
+use common::emulate::{paired_medians, queue_value, state_dir, AlignedBuf, EmulatedDrive};
 use std::os::unix::fs::FileExt;
 
 const TOOLS: &[&str] = &["nbdkit", "nbdfuse", "losetup"];
@@ -66,8 +66,7 @@ fn wd_ears_penalises_misaligned_writes() {
     }
     let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB"]);
     let file = drive.open_direct();
-    let aligned = median_write(&file, 0, 8192, WRITES);
-    let misaligned = median_write(&file, 512, 8192, WRITES);
+    let [aligned, misaligned] = paired_medians(&file, [0, 512], 8192, WRITES);
     let ratio = misaligned.as_secs_f64() / aligned.as_secs_f64();
     eprintln!("wd-ears: aligned {aligned:?}, misaligned {misaligned:?}, ratio {ratio:.2}");
     assert!(ratio >= 2.5, "misaligned/aligned = {ratio:.2}");
@@ -80,8 +79,7 @@ fn jumper_is_fast_at_lba_7_and_slow_at_lba_0() {
     }
     let drive = EmulatedDrive::start(&["--preset", "wd-ears-jumper", "--size", "64MiB"]);
     let file = drive.open_direct();
-    let at_0 = median_write(&file, 0, 8192, WRITES);
-    let at_3584 = median_write(&file, 3584, 8192, WRITES);
+    let [at_0, at_3584] = paired_medians(&file, [0, 3584], 8192, WRITES);
     let ratio = at_0.as_secs_f64() / at_3584.as_secs_f64();
     eprintln!("jumper: offset 3584 {at_3584:?}, offset 0 {at_0:?}, ratio {ratio:.2}");
     assert!(ratio >= 2.5, "slow/fast = {ratio:.2}");
@@ -97,8 +95,8 @@ fn native_512_and_4kn_have_no_penalty() {
     for (preset, second) in [("native-512", 512), ("4kn", 4096)] {
         let drive = EmulatedDrive::start(&["--preset", preset, "--size", "64MiB"]);
         let file = drive.open_direct();
-        let first = median_write(&file, 0, 8192, WRITES).as_secs_f64();
-        let other = median_write(&file, second, 8192, WRITES).as_secs_f64();
+        let [first, other] =
+            paired_medians(&file, [0, second], 8192, WRITES).map(|d| d.as_secs_f64());
         let spread = (first - other).abs() / first.min(other);
         eprintln!("{preset}: {first:.4}s vs {other:.4}s");
         assert!(spread <= 0.3, "{preset}: timings differ by {:.0} %", spread * 100.0);

@@ -102,14 +102,21 @@ pub fn time_write(file: &File, offset: u64, buf: &AlignedBuf) -> Duration {
     begin.elapsed()
 }
 
-/// Median time of 4 KiB O_DIRECT writes at `base`, `base + step`, ... for
-/// `count` writes.
-pub fn median_write(file: &File, base: u64, step: u64, count: u64) -> Duration {
+/// Median times of 4 KiB O_DIRECT writes on two grids, `bases[0] + i *
+/// step` and `bases[1] + i * step`, taken in turns: load that comes and
+/// goes (other tests, a build) weighs on both alike.
+pub fn paired_medians(file: &File, bases: [u64; 2], step: u64, count: u64) -> [Duration; 2] {
     let buf = AlignedBuf::new(4096, 0x5a);
-    let mut times: Vec<Duration> =
-        (0..count).map(|i| time_write(file, base + i * step, &buf)).collect();
-    times.sort();
-    times[times.len() / 2]
+    let mut times: [Vec<Duration>; 2] = Default::default();
+    for i in 0..count {
+        for (grid, base) in bases.iter().enumerate() {
+            times[grid].push(time_write(file, base + i * step, &buf));
+        }
+    }
+    times.map(|mut t| {
+        t.sort();
+        t[t.len() / 2]
+    })
 }
 
 /// A value from /sys/block/loopN/queue/.
