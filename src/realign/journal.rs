@@ -270,25 +270,25 @@ impl Journal {
     }
 
     /// Once the move is done, the saved chunks (the partition's bytes,
-    /// secrets perhaps) go: overwritten with zeros and flushed first, so a
-    /// file system that keeps freed blocks keeps no copy, then cut off. The
-    /// headers, record and checksums stay for `--status`.
+    /// secrets perhaps) go: their blocks are freed (a punched hole, which
+    /// a file system mounted with discard passes to the device) and the
+    /// file cut off, both flushed. Overwriting them instead would double
+    /// what a move writes to the journal's disk. The headers, record and
+    /// checksums stay for `--status`.
     pub fn scrub(&mut self) -> Result<(), JournalError> {
+        use rustix::fs::{fallocate, FallocateFlags};
         let err = |source| JournalError::Io { path: self.path.clone(), source };
         if self.state.phase != Phase::Done {
             return Ok(());
         }
         let len = self.file.metadata().map_err(err)?.len();
-        let zeros =
-            vec![0u8; usize::try_from(self.record.chunk_bytes.min(1 << 20)).unwrap_or(4096)];
-        let mut at = self.save_at;
-        while at < len {
-            let n = usize::try_from(len - at).unwrap_or(usize::MAX).min(zeros.len());
-            self.file.write_all_at(&zeros[..n], at).map_err(err)?;
-            at += n as u64;
+        if len > self.save_at {
+            let punch = FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE;
+            // A file system that cannot punch holes still loses the bytes
+            // with the truncation below.
+            let _ = fallocate(&self.file, punch, self.save_at, len - self.save_at);
+            self.file.set_len(self.save_at).map_err(err)?;
         }
-        self.file.sync_data().map_err(err)?;
-        self.file.set_len(self.save_at.min(len)).map_err(err)?;
         self.file.sync_all().map_err(err)
     }
 

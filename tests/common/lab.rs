@@ -87,8 +87,8 @@ pub fn run(dir: &Dir, disks: &[String], script: &str, args: &[String]) -> String
     let root = env!("CARGO_MANIFEST_DIR");
     let mut cmd = Command::new(format!("{root}/scripts/kernel-lab"));
     // Generous: under TCG, with another boot beside it on two cores, a
-    // batch runs at half speed.
-    cmd.args(["--timeout", "1500", "--rw", dir.rw().to_str().expect("utf-8 path")]);
+    // batch runs at half speed (the MBR crash states took over 1500 s so).
+    cmd.args(["--timeout", "2700", "--rw", dir.rw().to_str().expect("utf-8 path")]);
     for disk in disks {
         cmd.args(["--disk", disk]);
     }
