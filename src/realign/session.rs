@@ -734,10 +734,12 @@ impl Session {
             events.note(&format!("warning: {warning}"));
         }
         journal.commit(Phase::Done, m.chunks(), None)?;
-        journal.scrub()?;
         let absolute = std::fs::canonicalize(journal.path())
             .map_err(io_error(format!("finding {}", journal.path().display())))?;
         self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;
+        // After the record goes: a kill while scrubbing leaves a done
+        // journal (which --clean removes), never a record to trip over.
+        journal.scrub()?;
         // Direct writes dropped the reader's cached pages: this sees the moved bytes.
         let warnings = self.fat_warning(m.partition, m.new_start, m.sectors).into_iter().collect();
         events.finished(&Done {
