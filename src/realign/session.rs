@@ -739,7 +739,12 @@ impl Session {
         self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;
         // After the record goes: a kill while scrubbing leaves a done
         // journal (which --clean removes), never a record to trip over.
-        journal.scrub()?;
+        if let Err(e) = journal.scrub() {
+            events.note(&format!(
+                "warning: {e}: the finished journal may still hold the bytes it saved; \
+                 `blkalign realign --clean --yes` deletes it"
+            ));
+        }
         // Direct writes dropped the reader's cached pages: this sees the moved bytes.
         let warnings = self.fat_warning(m.partition, m.new_start, m.sectors).into_iter().collect();
         events.finished(&Done {
