@@ -47,7 +47,7 @@ pub fn scan(
         }
         let n = per_chunk.min(end - lba);
         find_bad(dev, lba..lba + n, ss, &mut buf, &mut bad)?;
-        progress(n * ss);
+        progress(n.saturating_mul(ss));
         lba += n;
     }
     Ok(Scan::Done(merge(bad)))
@@ -62,11 +62,14 @@ fn find_bad(
     buf: &mut AlignedBuf,
     bad: &mut Vec<Range<u64>>,
 ) -> io::Result<()> {
-    let len = usize::try_from((lbas.end - lbas.start) * ss).unwrap_or(usize::MAX);
+    let len = usize::try_from((lbas.end - lbas.start).saturating_mul(ss)).unwrap_or(usize::MAX);
     let Some(slice) = buf.bytes_mut().get_mut(..len) else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "chunk larger than its buffer"));
     };
-    match dev.read_exact_at(slice, lbas.start * ss) {
+    let offset = lbas.start.checked_mul(ss).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidInput, "LBA past any addressable byte")
+    })?;
+    match dev.read_exact_at(slice, offset) {
         Ok(()) => Ok(()),
         Err(e) if !unreadable(&e) => Err(e),
         Err(_) if lbas.end - lbas.start == 1 => {
