@@ -208,6 +208,39 @@ fn failing_lbas_fail_with_eio_and_only_they() {
     assert!(holds(&file, 4096, 4096, 7), "good sectors still work");
 }
 
+/// `--until-written`: a worn drive's pending sectors. Reads of them fail,
+/// as does a write of part of one (the drive must read it first); a write
+/// of a whole physical sector remaps it, and it reads back what was written.
+#[test]
+fn pending_sectors_read_again_once_written_whole() {
+    if !common::needs(true, TOOLS) {
+        return;
+    }
+    let args = [
+        "--preset",
+        "wd-ears",
+        "--size",
+        "16MiB",
+        "--fail-lba",
+        "1000-1015",
+        "--until-written",
+        "--latency-ms",
+        "0",
+    ];
+    let drive = EmulatedDrive::start(&args);
+    assert_eq!(drive.json["until_written"], true, "{}", drive.json);
+    let file = drive.open_direct();
+    let mut buf = AlignedBuf::new(4096, 0);
+    let eio = |r: std::io::Result<()>| r.expect_err("EIO").raw_os_error() == Some(5);
+    assert!(eio(file.read_exact_at(buf.bytes_mut(), 1000 * 512)));
+    assert!(eio(file.read_exact_at(buf.bytes_mut(), 1008 * 512)));
+    let part = AlignedBuf::new(512, 3);
+    assert!(eio(file.write_all_at(part.bytes(), 1001 * 512)), "a partial write reads first");
+    fill(&file, 1000 * 512, 4096, 9);
+    assert!(holds(&file, 1000 * 512, 4096, 9), "remapped by the write");
+    assert!(eio(file.read_exact_at(buf.bytes_mut(), 1008 * 512)), "the next one still pending");
+}
+
 /// Whether `pid` is alive (a zombie is not: it holds nothing).
 fn alive(pid: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {

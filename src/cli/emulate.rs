@@ -79,6 +79,10 @@ pub struct StartArgs {
     /// Logical sectors that fail with EIO, e.g. 1000-1999.
     #[arg(long)]
     fail_lba: Option<LbaRange>,
+    /// The --fail-lba sectors are pending, as on a worn drive: reads fail
+    /// until a write of the whole physical sector remaps it.
+    #[arg(long, requires = "fail_lba")]
+    until_written: bool,
     /// Print the drive as JSON: true geometry and what the kernel reports.
     #[arg(long)]
     json: bool,
@@ -145,6 +149,7 @@ fn spec(args: StartArgs) -> anyhow::Result<Spec> {
         file: args.file,
         volatile_cache: args.volatile_cache,
         fail_lba: args.fail_lba,
+        until_written: args.until_written,
     })
 }
 
@@ -188,6 +193,7 @@ struct Summary {
     file: Option<PathBuf>,
     volatile_cache: bool,
     fail_lba: Option<LbaRange>,
+    until_written: bool,
     running: bool,
 }
 
@@ -207,6 +213,7 @@ impl Summary {
             file: drive.file.clone(),
             volatile_cache: drive.volatile_cache,
             fail_lba: drive.fail_lba,
+            until_written: drive.until_written,
             running: emulate::healthy(drive),
         }
     }

@@ -8,7 +8,8 @@ use blkalign::plan::Align;
 use blkalign::realign::journal::{Journal, Phase};
 use blkalign::realign::session::{Done, Events, Options, Outcome, Planned, Session, Status};
 use blkalign::realign::state::{self, Store};
-use blkalign::realign::Move;
+use blkalign::realign::{undo, Move};
+use blkalign::units::human_size;
 use indicatif::ProgressBar;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
   blkalign realign disk.img 2 --to 2048 --yes
   blkalign realign --status /var/lib/blkalign/journals/sdb-p2.journal
   blkalign realign --clean disk.img --yes   # delete finished journals
+  blkalign realign /dev/sdb --undo --yes    # put a stopped move's partition back
+  blkalign realign /dev/sdb --rescue --yes  # finish it over unreadable sectors
 
 A killed or power-cut move resumes when the same command is run again. Ctrl-C
 (SIGINT) or SIGTERM stops it between chunks: it says how far it got and the
@@ -70,6 +73,20 @@ pub struct Args {
     #[arg(long)]
     no_read_check: bool,
 
+    /// Undo an unfinished move instead of finishing it: move back the
+    /// bytes already moved, journaled like the move, so the partition is
+    /// exactly as before it (its table entry never changed).
+    #[arg(long, conflicts_with_all = ["to", "clean", "rescue"])]
+    undo: bool,
+
+    /// Finish a move over sectors that cannot be read: each is read again
+    /// (twice), then written as zeros; their LBAs go to a GNU ddrescue map
+    /// beside the journal, with the files they hit. Without it an
+    /// unreadable sector refuses (or stops) the move and nothing is
+    /// zero-filled.
+    #[arg(long, conflicts_with = "clean")]
+    rescue: bool,
+
     /// Print the plan or the result as JSON.
     #[arg(long)]
     json: bool,
@@ -107,6 +124,9 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let session = open(root, path, &args)?;
     let mut events = Terminal::new(args.json);
     let mut resumed = None;
+    if args.undo {
+        return undo(&session, path, &args, &mut events);
+    }
     if let Some(journal) = session.unfinished(args.journal.as_deref())? {
         let n = journal.record.partition;
         if !args.partitions.is_empty() && !args.partitions.contains(&n) {
@@ -121,10 +141,15 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         if !args.yes {
             print_status(&journal, args.json)?;
             session.check_unused(&[n])?;
-            eprintln!("dry run: rerun with --yes to finish this move");
+            let rescuing = if args.rescue {
+                " (sectors that stay unreadable are written as zeros)"
+            } else {
+                ""
+            };
+            eprintln!("dry run: rerun with --yes to finish this move{rescuing}");
             return Ok(EXIT_OK);
         }
-        if let Outcome::Stopped(why) = session.finish(journal, &mut events)? {
+        if let Outcome::Stopped(why) = session.finish(journal, args.rescue, &mut events)? {
             return stopped(&why);
         }
         std::mem::replace(&mut events.result, Ok(()))?;
@@ -166,6 +191,40 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     }
 }
 
+/// `--undo`: the unfinished move on `path`, put back.
+fn undo(session: &Session, path: &Path, args: &Args, events: &mut Terminal) -> anyhow::Result<u8> {
+    let Some(journal) = session.unfinished(args.journal.as_deref())? else {
+        bail!("there is no unfinished move on {} to undo", path.display());
+    };
+    let n = journal.record.partition;
+    if !args.partitions.is_empty() && args.partitions != [n] {
+        bail!(
+            "the unfinished move on {} is partition {n}'s: only it can be undone",
+            path.display()
+        );
+    }
+    if !args.yes {
+        print_status(&journal, args.json)?;
+        session.check_unused(&[n])?;
+        let reversed = undo::reverse(&journal)?;
+        let bytes = reversed.as_ref().map_or(0, Move::bytes);
+        eprintln!(
+            "dry run: --undo --yes moves the {} already moved back to where partition {n} \
+             started (LBA {}), journaled and verified like the move; the table is left as it \
+             was",
+            human_size(bytes),
+            journal.record.old_start
+        );
+        return Ok(EXIT_OK);
+    }
+    let outcome = session.undo(journal, events)?;
+    std::mem::replace(&mut events.result, Ok(()))?;
+    match outcome {
+        Outcome::Stopped(why) => stopped(&why),
+        Outcome::Finished => Ok(EXIT_OK),
+    }
+}
+
 fn open(root: SysRoot, path: &Path, args: &Args) -> anyhow::Result<Session> {
     let overrides = args.geometry.overrides();
     Ok(Session::open(root, path, &overrides, args.geometry.trust_kernel)?)
@@ -178,6 +237,7 @@ fn options(args: &Args) -> anyhow::Result<Options> {
         force: args.force,
         misalign_layers: args.misalign_layers,
         read_check: !args.no_read_check,
+        rescue: args.rescue,
         journal: args.journal.clone(),
     })
 }
@@ -228,7 +288,9 @@ impl Events for Terminal {
             Phase::TableWritten => eprintln!(
                 "resuming the move of partition {n}: the new table is written; telling the kernel"
             ),
-            Phase::Done => eprintln!("finishing the move of partition {n}: it is done"),
+            Phase::Done | Phase::Undone => {
+                eprintln!("finishing the move of partition {n}: nothing is left to do")
+            }
         }
     }
 
@@ -255,6 +317,16 @@ impl Events for Terminal {
     fn finished(&mut self, done: &Done) {
         if self.result.is_ok() {
             self.result = print_done(done, self.json);
+        }
+    }
+
+    fn undone(&mut self, status: &Status) {
+        if self.result.is_ok() {
+            self.result = if self.json {
+                super::emit_json(status)
+            } else {
+                super::emit(&status.describe()).map_err(Into::into)
+            };
         }
     }
 }
@@ -314,7 +386,7 @@ fn clean(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
             m.old_start,
             m.new_start
         );
-        if j.state.phase != Phase::Done {
+        if !j.state.phase.finished() {
             eprintln!(
                 "kept {}: its move ({what}) is unfinished: finish it with `{}`",
                 path.display(),
@@ -360,7 +432,7 @@ fn print_plan(target: &Path, dry_run: bool, moves: &[Planned], json: bool) -> an
 fn status(path: &Path, json: bool) -> anyhow::Result<u8> {
     let journal = Journal::open(path)?;
     print_status(&journal, json)?;
-    Ok(if journal.state.phase == Phase::Done { EXIT_OK } else { EXIT_PROBLEM })
+    Ok(if journal.state.phase.finished() { EXIT_OK } else { EXIT_PROBLEM })
 }
 
 fn print_status(j: &Journal, json: bool) -> anyhow::Result<()> {

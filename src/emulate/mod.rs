@@ -38,6 +38,8 @@ pub struct Spec {
     pub volatile_cache: bool,
     /// These LBAs fail with EIO.
     pub fail_lba: Option<LbaRange>,
+    /// ... until a write of the whole physical sector remaps them.
+    pub until_written: bool,
 }
 
 /// Size of a drive when neither `--size` nor an existing file says.

@@ -300,7 +300,9 @@ fn plugin(drive: &Drive) -> Result<Vec<String>, EmulateError> {
     Ok(match (platter_file(drive), drive.fail_lba) {
         (Some(file), Some(range)) => {
             let (start, end) = failing_bytes(range, g, drive.size)?;
-            eval_plugin(&file, start, end)
+            let step = u64::from(g.physical);
+            let pending = drive.until_written.then(|| (drive.remapped_file(), step));
+            eval_plugin(&file, start, end, pending)
         }
         (Some(file), None) => vec!["file".into(), format!("file={}", file.display())],
         (None, _) => vec!["memory".into(), format!("size={}", platter_size(drive.size, g)?)],
@@ -308,18 +310,45 @@ fn plugin(drive: &Drive) -> Result<Vec<String>, EmulateError> {
 }
 
 /// A file plugin in shell that fails reads and writes touching platter
-/// bytes `start..end` with EIO.
-fn eval_plugin(file: &Path, start: u64, end: u64) -> Vec<String> {
+/// bytes `start..end` with EIO. With `pending` (the file listing remapped
+/// sectors, and the physical sector size) each physical sector there fails
+/// only until a write covers it whole, which remaps it, as a drive does a
+/// pending sector (a partial write reads it first, and fails).
+fn eval_plugin(file: &Path, start: u64, end: u64, pending: Option<(PathBuf, u64)>) -> Vec<String> {
     let file = shell_quote(&file.display().to_string());
-    let bad = format!(
-        "if [ $4 -lt {end} ] && [ $(($4 + $3)) -gt {start} ]; then echo 'EIO bad sector' >&2; exit 1; fi; "
-    );
+    let touches = format!("[ $4 -lt {end} ] && [ $(($4 + $3)) -gt {start} ]");
+    let (read_check, write_check) = match pending {
+        None => {
+            let fail = format!("if {touches}; then echo 'EIO bad sector' >&2; exit 1; fi; ");
+            (fail.clone(), fail)
+        }
+        Some((remapped, step)) => {
+            let remapped = shell_quote(&remapped.display().to_string());
+            let (first, last) = (start / step * step, end.div_ceil(step) * step);
+            // Each physical sector of the range the request touches.
+            let each = |body: &str| {
+                format!(
+                    "s=$(( $4 > {first} ? $4 / {step} * {step} : {first} )); \
+                     e=$(( $4 + $3 < {last} ? $4 + $3 : {last} )); \
+                     while [ $s -lt $e ]; do {body}; s=$((s + {step})); done; "
+                )
+            };
+            let read = each(&format!(
+                "grep -qsx $s {remapped} || {{ echo 'EIO pending sector' >&2; exit 1; }}"
+            ));
+            let write = each(&format!(
+                "if [ $4 -le $s ] && [ $(($4 + $3)) -ge $((s + {step})) ]; then echo $s >> {remapped}; \
+                 else echo 'EIO pending sector (partial write)' >&2; exit 1; fi"
+            ));
+            (read, write)
+        }
+    };
     vec![
         "eval".into(),
         format!("get_size=stat -Lc %s {file}"),
-        format!("pread={bad}dd if={file} skip=$4 count=$3 iflag=skip_bytes,count_bytes bs=64K status=none"),
+        format!("pread={read_check}dd if={file} skip=$4 count=$3 iflag=skip_bytes,count_bytes bs=64K status=none"),
         format!(
-            "pwrite={bad}dd of={file} seek=$4 count=$3 oflag=seek_bytes iflag=count_bytes,fullblock \
+            "pwrite={write_check}dd of={file} seek=$4 count=$3 oflag=seek_bytes iflag=count_bytes,fullblock \
              conv=notrunc bs=64K status=none"
         ),
         format!("flush=sync {file}"),
@@ -601,6 +630,7 @@ mod tests {
             file: None,
             volatile_cache,
             fail_lba: None,
+            until_written: false,
             dir: "/run/x/t".into(),
             nbdkit_command: Vec::new(),
             nbdkit_pid: None,
@@ -668,6 +698,7 @@ mod tests {
             file: None,
             volatile_cache: false,
             fail_lba: None,
+            until_written: false,
         };
         assert!(drive_size(&spec).unwrap_err().to_string().contains("too large"));
     }

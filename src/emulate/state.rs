@@ -29,6 +29,9 @@ pub struct Drive {
     pub file: Option<PathBuf>,
     pub volatile_cache: bool,
     pub fail_lba: Option<LbaRange>,
+    /// The failing sectors are pending ones: a write remaps them.
+    #[serde(default)]
+    pub until_written: bool,
     /// The drive's working directory: always [`state_dir`]/ID, whatever
     /// the record on disk says (see [`load`]).
     pub dir: PathBuf,
@@ -55,6 +58,12 @@ impl Drive {
     }
 
     /// The platter when it is neither in memory nor in the user's file.
+    /// The pending sectors written since the drive started (platter byte
+    /// offsets, one a line), which read again.
+    pub fn remapped_file(&self) -> PathBuf {
+        self.dir.join("remapped")
+    }
+
     pub fn scratch_file(&self) -> PathBuf {
         self.dir.join("platter.img")
     }
@@ -119,6 +128,7 @@ pub fn create(spec: &Spec, size: u64) -> Result<Drive, EmulateError> {
         file: spec.file.clone(),
         volatile_cache: spec.volatile_cache,
         fail_lba: spec.fail_lba,
+        until_written: spec.until_written,
         nbdkit_command: Vec::new(),
         nbdkit_pid: None,
         nbdfuse_pid: None,

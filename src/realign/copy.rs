@@ -3,6 +3,7 @@
 //! short at any moment and run again.
 
 use super::journal::{Journal, JournalError, Phase};
+use super::rescue::{self, Map};
 use super::{Move, Write};
 use crate::io::AlignedBuf;
 use std::io;
@@ -51,6 +52,8 @@ pub enum MoveError {
          nor the new bytes"
     )]
     Changed { what: String, offset: u64 },
+    #[error("writing the rescue map {}: {source}", path.display())]
+    Map { path: std::path::PathBuf, source: io::Error },
     /// `stop` asked to stop; the journal records how far, durably.
     #[error("interrupted after {chunks} chunks (verifying: {verifying})")]
     Interrupted { verifying: bool, chunks: u64 },
@@ -109,23 +112,28 @@ pub fn run(
     journal: &mut Journal,
     tick: &mut dyn FnMut(u64),
 ) -> Result<(), MoveError> {
-    run_until(disk, journal, tick, &|| false)
+    run_until(disk, journal, tick, &|| false, None)
 }
 
 /// [`run`], but polling `stop` between chunks: when it says so, the move
 /// stops with [`MoveError::Interrupted`] once the journal records every
 /// chunk written so far, so a rerun redoes nothing. The table writes, a
-/// few sectors, are never cut short.
+/// few sectors, are never cut short. With `rescue`, sectors that stay
+/// unreadable are zero-filled and listed in its map (see [`rescue`]).
 pub fn run_until(
     disk: &dyn Disk,
     journal: &mut Journal,
     tick: &mut dyn FnMut(u64),
     stop: &dyn Fn() -> bool,
+    mut rescue: Option<&mut Map>,
 ) -> Result<(), MoveError> {
     if journal.state.phase == Phase::Copying {
         // Again on every resume: writes already made are skipped.
         write_all(disk, &journal.record, &journal.record.before)?;
-        copy_and_verify(disk, journal, tick, stop)?;
+        copy_and_verify(disk, journal, tick, stop, rescue.as_deref_mut())?;
+        if let Some(map) = rescue {
+            map.finish().map_err(|source| map_error(map, source))?;
+        }
         journal.commit(Phase::Verified, journal.record.chunks(), None)?;
     }
     if journal.state.phase == Phase::Verified {
@@ -142,8 +150,9 @@ pub fn run_until(
 struct Pipe {
     /// Buffers back to the reader once written.
     free: Sender<AlignedBuf>,
-    /// Each chunk's source bytes, in copy order.
-    full: Receiver<Result<AlignedBuf, MoveError>>,
+    /// Each chunk's source bytes in copy order, with the sectors
+    /// zero-filled in it when rescuing and the time that took.
+    full: Receiver<Result<(AlignedBuf, Around), MoveError>>,
     /// Chunks on the disk, for the verifier: index and expected checksum.
     written: Sender<(u64, Option<u32>)>,
     /// The verifier's findings: bytes verified, or why not.
@@ -158,6 +167,7 @@ fn copy_and_verify(
     j: &mut Journal,
     tick: &mut dyn FnMut(u64),
     stop: &dyn Fn() -> bool,
+    rescue: Option<&mut Map>,
 ) -> Result<(), MoveError> {
     let m = j.record.clone();
     let first = j.state.cursor;
@@ -175,14 +185,16 @@ fn copy_and_verify(
         let (full_tx, full) = mpsc::sync_channel(1);
         let (written, written_rx) = mpsc::channel();
         let (checked_tx, checked) = mpsc::channel();
-        s.spawn(move || read_ahead(disk, m, first, (head, saved), free_rx, full_tx));
+        let rescuing = rescue.is_some();
+        s.spawn(move || read_ahead(disk, m, first, (head, saved), rescuing, free_rx, full_tx));
         s.spawn(move || verify_behind(disk, m, written_rx, checked_tx, abort));
         let _ = free.send(AlignedBuf::new(size, 0));
         for k in 0..first {
             let _ = written.send((k, j.checksums.get(k as usize).copied()));
         }
         let mut pipe = Pipe { free, full, written, checked, verified: 0 };
-        let result = copy(disk, j, &mut pipe, tick, stop).and_then(|()| pipe.finish(m, tick, stop));
+        let result =
+            copy(disk, j, &mut pipe, tick, stop, rescue).and_then(|()| pipe.finish(m, tick, stop));
         abort.store(true, Ordering::Relaxed);
         result
     })
@@ -198,6 +210,7 @@ fn copy(
     pipe: &mut Pipe,
     tick: &mut dyn FnMut(u64),
     stop: &dyn Fn() -> bool,
+    mut rescue: Option<&mut Map>,
 ) -> Result<(), MoveError> {
     let m = j.record.clone();
     let first = j.state.cursor;
@@ -206,7 +219,13 @@ fn copy(
     for k in first..m.chunks() {
         let (rel, len) = m.chunk(k);
         let src = m.old_start * m.sector_size + rel;
-        let buf = pipe.full.recv().map_err(|_| gone("reading", &m))??;
+        let (buf, around) = pipe.full.recv().map_err(|_| gone("reading", &m))??;
+        if let (Some(map), Some((bad, took))) = (rescue.as_deref_mut(), around) {
+            // Listed before the zeros are written anywhere.
+            let lba = src / m.sector_size;
+            map.spent += took;
+            map.read(lba..lba + len / m.sector_size, &bad).map_err(|e| map_error(map, e))?;
+        }
         let data = &buf.bytes()[..len as usize];
         let crc = crc32fast::hash(data);
         j.checksums.push(crc);
@@ -244,6 +263,14 @@ fn copy(
     disk.flush().map_err(|e| io_at("flushing after", m.new_start * m.sector_size, &m, e))?;
     j.commit(Phase::Copying, m.chunks(), None)?;
     Ok(())
+}
+
+/// Sectors zero-filled in a chunk (none when it read whole), and the time
+/// the reads took; None when not rescuing or not read from the disk.
+type Around = Option<(Vec<std::ops::Range<u64>>, Duration)>;
+
+fn map_error(map: &Map, source: io::Error) -> MoveError {
+    MoveError::Map { path: map.path().to_path_buf(), source }
 }
 
 /// A helper thread ended without a word: it panicked (the scope says so).
@@ -311,27 +338,35 @@ impl Pipe {
 
 /// Read the sources of chunks `first..` in copy order into buffers from
 /// `free`, handing each to `full`. `head` is the first chunk's buffer,
-/// already filled when its flag says so (from the journal).
+/// already filled when its flag says so (from the journal). `rescuing`
+/// reads around unreadable sectors instead of failing on them.
 fn read_ahead(
     disk: &dyn Disk,
     m: &Move,
     first: u64,
     head: (AlignedBuf, bool),
+    rescuing: bool,
     free: Receiver<AlignedBuf>,
-    full: SyncSender<Result<AlignedBuf, MoveError>>,
+    full: SyncSender<Result<(AlignedBuf, Around), MoveError>>,
 ) {
     let (mut next, filled) = (Some(head.0), head.1);
     for k in first..m.chunks() {
         let Some(mut buf) = next.take().or_else(|| free.recv().ok()) else { return };
         let (rel, len) = m.chunk(k);
         let src = m.old_start * m.sector_size + rel;
+        let data = &mut buf.bytes_mut()[..len as usize];
         let got = if k == first && filled {
-            Ok(())
+            Ok(None)
+        } else if rescuing {
+            let started = Instant::now();
+            rescue::read_around(disk, data, src, m.sector_size)
+                .map(|bad| Some((bad, started.elapsed())))
+                .map_err(|e| io_at("reading", src, m, e))
         } else {
-            read(disk, &mut buf.bytes_mut()[..len as usize], src, m, "reading")
+            read(disk, data, src, m, "reading").map(|()| None)
         };
         let failed = got.is_err();
-        if full.send(got.map(|()| buf)).is_err() || failed {
+        if full.send(got.map(|around| (buf, around))).is_err() || failed {
             return;
         }
     }
@@ -553,9 +588,14 @@ mod tests {
         let mut j = Journal::create(&path, m.clone()).unwrap();
         let disk = Flaky::new(original, u64::MAX);
         let ticks = std::cell::Cell::new(0);
-        let err =
-            run_until(&disk, &mut j, &mut |_| ticks.set(ticks.get() + 1), &|| ticks.get() >= 3)
-                .unwrap_err();
+        let err = run_until(
+            &disk,
+            &mut j,
+            &mut |_| ticks.set(ticks.get() + 1),
+            &|| ticks.get() >= 3,
+            None,
+        )
+        .unwrap_err();
         // Verified chunks tick too, so the third tick may come after two copied.
         let MoveError::Interrupted { verifying: false, chunks } = err else { panic!("{err}") };
         assert!((2..=3).contains(&chunks), "{chunks}");
@@ -632,7 +672,7 @@ mod tests {
         let disk = Flaky::new(original, u64::MAX);
         let ticks = std::cell::Cell::new(0);
         let stop = || ticks.get() >= 3;
-        run_until(&disk, &mut j, &mut |_| ticks.set(ticks.get() + 1), &stop).unwrap_err();
+        run_until(&disk, &mut j, &mut |_| ticks.set(ticks.get() + 1), &stop, None).unwrap_err();
         let mut j = Journal::open(&path).unwrap();
         assert!(j.state.cursor >= 2, "chunks 0 and 1 copied");
         let mut survivor = disk.power_cut(0);

@@ -32,6 +32,8 @@ pub enum Phase {
     /// The contents fixups and the new table are on the disk, flushed.
     TableWritten,
     Done,
+    /// Moved back by `--undo`: the partition is where it started.
+    Undone,
 }
 
 impl Phase {
@@ -41,13 +43,19 @@ impl Phase {
             Phase::Verified => 2,
             Phase::TableWritten => 3,
             Phase::Done => 4,
+            Phase::Undone => 5,
         }
     }
 
     fn from_code(code: u32) -> Option<Phase> {
-        [Phase::Copying, Phase::Verified, Phase::TableWritten, Phase::Done]
+        [Phase::Copying, Phase::Verified, Phase::TableWritten, Phase::Done, Phase::Undone]
             .into_iter()
             .find(|p| p.code() == code)
+    }
+
+    /// Nothing is left to do: the move is done, or undone.
+    pub fn finished(self) -> bool {
+        matches!(self, Phase::Done | Phase::Undone)
     }
 }
 
@@ -278,7 +286,7 @@ impl Journal {
     pub fn scrub(&mut self) -> Result<(), JournalError> {
         use rustix::fs::{fallocate, FallocateFlags};
         let err = |source| JournalError::Io { path: self.path.clone(), source };
-        if self.state.phase != Phase::Done {
+        if !self.state.phase.finished() {
             return Ok(());
         }
         let len = self.file.metadata().map_err(err)?.len();

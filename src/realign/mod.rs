@@ -18,9 +18,11 @@ pub mod journal;
 pub mod layers;
 pub mod place;
 pub mod prepare;
+pub mod rescue;
 pub mod scan;
 pub mod session;
 pub mod state;
+pub mod undo;
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;

@@ -87,12 +87,12 @@ fn find_bad(
 /// A medium error: the kernel's EIO (SCSI MEDIUM ERROR, ATA UNC, dm-error)
 /// and ENODATA (a critical medium error on some paths). A short read past
 /// the end is no such thing.
-fn unreadable(e: &io::Error) -> bool {
+pub(crate) fn unreadable(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(5 | 61))
 }
 
 /// Adjacent ranges joined.
-fn merge(ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+pub(crate) fn merge(ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
     let mut out: Vec<Range<u64>> = Vec::new();
     for r in ranges {
         match out.last_mut() {

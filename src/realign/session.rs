@@ -12,9 +12,10 @@ use super::journal::{Journal, JournalError, Phase};
 use super::layers::{self, LayerShift};
 use super::place::{self, PlaceError, Placement, Request};
 use super::prepare::{prepare, PrepareError, Prepared};
+use super::rescue::{self, Map};
 use super::scan::{self, Scan};
 use super::state::{self, Store};
-use super::{guard, Direction, Identity, Move};
+use super::{guard, undo, Direction, Identity, Move};
 use crate::align::{Class, Geometry};
 use crate::device::exclusive::{self, ExclusiveError};
 use crate::device::kernel::{self, KernelPart, PartTable};
@@ -51,11 +52,8 @@ pub enum SessionError {
     Prepare(#[from] PrepareError),
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
-    #[error(
-        "{source}\nthe move stopped; the journal {} is intact: once the cause is fixed, rerun \
-         the same command to finish it", journal.display()
-    )]
-    Move { source: MoveError, journal: PathBuf },
+    #[error("{source}\nthe move stopped; the journal {} is intact. {way_on}", journal.display())]
+    Move { source: MoveError, journal: PathBuf, way_on: String },
     /// The read check found sectors the move could not read: nothing was
     /// written and no move is left unfinished.
     #[error(
@@ -111,6 +109,8 @@ pub trait Events {
     }
     fn note(&mut self, _text: &str) {}
     fn finished(&mut self, _done: &Done) {}
+    /// A move was undone: the partition is back where it started.
+    fn undone(&mut self, _status: &Status) {}
 }
 
 /// What a partition's move would do, or why it cannot be made.
@@ -209,6 +209,8 @@ pub struct Done {
     pub contents: Option<String>,
     pub journal: PathBuf,
     pub verified: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rescued: Option<Rescued>,
     /// What stays misaligned inside the partition after the move.
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -226,10 +228,52 @@ impl Done {
             human_size(self.bytes),
             self.seconds
         );
+        if let Some(r) = &self.rescued {
+            text += &r.describe();
+        }
         for w in &self.warnings {
             text += &format!("  warning: {w}\n");
         }
         text
+    }
+}
+
+/// What `--rescue` wrote as zeros.
+#[derive(Clone, Debug, Serialize)]
+pub struct Rescued {
+    /// The GNU ddrescue mapfile listing them (byte positions on the disk,
+    /// at the partition's old place).
+    pub map: PathBuf,
+    /// First and last LBA of each range, at the partition's old place.
+    pub zero_filled: Vec<[u64; 2]>,
+    /// What they held, where a peer tool could say.
+    pub holders: Option<String>,
+    /// Reads of each after the first.
+    pub retries: u32,
+    /// Time spent reading around them in the last run.
+    pub seconds: f64,
+}
+
+impl Rescued {
+    fn describe(&self) -> String {
+        if self.zero_filled.is_empty() {
+            return format!(
+                "  rescue: every sector was read; nothing was written as zeros (map: {})\n",
+                self.map.display()
+            );
+        }
+        let ranges: Vec<std::ops::Range<u64>> =
+            self.zero_filled.iter().map(|[a, b]| *a..b + 1).collect();
+        format!(
+            "  rescue: {} stayed unreadable after {} retries each and {} written as zeros at \
+             the new place{} ({:.1} s spent on them); map: {} (GNU ddrescue format)\n",
+            scan::describe(&ranges),
+            self.retries,
+            if ranges.iter().map(|r| r.end - r.start).sum::<u64>() == 1 { "was" } else { "were" },
+            self.holders.as_ref().map(|h| format!("; {h}")).unwrap_or_default(),
+            self.seconds,
+            self.map.display()
+        )
     }
 }
 
@@ -254,6 +298,9 @@ pub struct Status {
     pub chunks: u64,
     pub bytes: u64,
     pub finished: bool,
+    /// An undo under way: chunks moved back, of how many.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undoing: Option<[u64; 2]>,
 }
 
 impl Status {
@@ -269,7 +316,11 @@ impl Status {
             chunks_done: j.state.cursor,
             chunks: m.chunks(),
             bytes: m.bytes(),
-            finished: j.state.phase == Phase::Done,
+            finished: j.state.phase.finished(),
+            undoing: Journal::open(&undo::path(j.path()))
+                .ok()
+                .filter(|_| !j.state.phase.finished())
+                .map(|u| [u.state.cursor, u.record.chunks()]),
         }
     }
 
@@ -282,6 +333,11 @@ impl Status {
             Phase::Verified => "copied and verified; the new table is not written yet".into(),
             Phase::TableWritten => "table written; the kernel has not been told yet".into(),
             Phase::Done => "finished".into(),
+            Phase::Undone => format!("undone: the partition is back at LBA {}", self.old_start),
+        };
+        let stage = match self.undoing {
+            Some([done, of]) => format!("{stage}; being undone: {done} of {of} chunks moved back"),
+            None => stage,
         };
         format!(
             "{}: partition {} of {} from LBA {} to {} ({}): {stage}\n",
@@ -307,6 +363,8 @@ pub struct Options {
     pub misalign_layers: bool,
     /// Read every sector the move will read before writing any.
     pub read_check: bool,
+    /// Write zeros for sectors that stay unreadable, listing them in a map.
+    pub rescue: bool,
     /// The journal to use instead of the default place.
     pub journal: Option<PathBuf>,
 }
@@ -320,6 +378,7 @@ impl Default for Options {
             force: false,
             misalign_layers: false,
             read_check: true,
+            rescue: false,
             journal: None,
         }
     }
@@ -427,7 +486,7 @@ impl Session {
     pub fn unfinished(&self, journal: Option<&Path>) -> Result<Option<Journal>, SessionError> {
         if let Some(path) = journal.filter(|p| p.exists()) {
             let j = Journal::open(path)?;
-            if j.state.phase == Phase::Done {
+            if j.state.phase.finished() {
                 return Ok(None);
             }
             if !state::applies(&j.record, &*self.reader, &self.identity) {
@@ -448,7 +507,7 @@ impl Session {
         Ok(self.default_journals().into_iter().find_map(|path| {
             let j = Journal::open(&path).ok()?;
             let applies = state::applies(&j.record, &*self.reader, &self.identity);
-            (j.state.phase != Phase::Done && applies).then_some(j)
+            (!j.state.phase.finished() && applies).then_some(j)
         }))
     }
 
@@ -608,7 +667,8 @@ impl Session {
                 &placement,
                 self.identity.clone(),
             )?;
-            if opts.read_check && self.read_check(&prepared.record, events)? == Scan::Stopped {
+            if opts.read_check && self.read_check(opts, &prepared.record, events)? == Scan::Stopped
+            {
                 return Ok(Outcome::Stopped(format!(
                     "interrupted: partition {n} of {} was not touched; rerun the same command \
                      to move it",
@@ -619,7 +679,7 @@ impl Session {
             for note in placement.note.iter().chain(&prepared.notes) {
                 events.note(&format!("note: {note}"));
             }
-            if let Outcome::Stopped(why) = self.finish(journal, events)? {
+            if let Outcome::Stopped(why) = self.finish(journal, opts.rescue, events)? {
                 return Ok(Outcome::Stopped(why));
             }
         }
@@ -627,8 +687,14 @@ impl Session {
     }
 
     /// Read every sector `m` will read, before any journal exists: an
-    /// unreadable one refuses the move with nothing written.
-    fn read_check(&self, m: &Move, events: &mut dyn Events) -> Result<Scan, SessionError> {
+    /// unreadable one refuses the move with nothing written, unless
+    /// rescuing (then it is said, and the move reads around it).
+    fn read_check(
+        &self,
+        opts: &Options,
+        m: &Move,
+        events: &mut dyn Events,
+    ) -> Result<Scan, SessionError> {
         let reader = self.host.direct_reader()?;
         events.note(&format!(
             "reading every sector of partition {} ({}) before writing any",
@@ -647,7 +713,18 @@ impl Session {
         match found {
             Scan::Done(bad) if !bad.is_empty() => {
                 let holders = self.holders(m, &bad);
-                Err(SessionError::Unreadable { partition: m.partition, holders, bad })
+                if !opts.rescue {
+                    return Err(SessionError::Unreadable { partition: m.partition, holders, bad });
+                }
+                events.note(&format!(
+                    "partition {}: {} cannot be read{}: --rescue reads each {} more times during \
+                     the move and writes zeros where it still fails",
+                    m.partition,
+                    scan::describe(&bad),
+                    holders.map(|h| format!(" ({h})")).unwrap_or_default(),
+                    rescue::RETRIES
+                ));
+                Ok(Scan::Done(bad))
             }
             other => Ok(other),
         }
@@ -680,7 +757,7 @@ impl Session {
     fn create_journal(&self, opts: &Options, prepared: &Prepared) -> Result<Journal, SessionError> {
         let path = self.journal_path(opts, prepared.record.partition);
         if path.exists() {
-            if Journal::open(&path)?.state.phase != Phase::Done {
+            if !Journal::open(&path)?.state.phase.finished() {
                 return Err(SessionError::Refused(format!(
                     "{} holds another unfinished move: finish it or pass another --journal",
                     path.display()
@@ -688,6 +765,12 @@ impl Session {
             }
             std::fs::remove_file(&path)
                 .map_err(io_error(format!("removing {}", path.display())))?;
+        }
+        // Left by a crash after an undo recorded itself finished.
+        let stale = undo::path(&path);
+        if stale.exists() {
+            std::fs::remove_file(&stale)
+                .map_err(io_error(format!("removing {}", stale.display())))?;
         }
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
         let absolute = std::fs::canonicalize(dir)
@@ -701,33 +784,51 @@ impl Session {
 
     /// Run (or resume) the move in `journal` to the end: copy, verify,
     /// table, tell the kernel, mark it done, forget its record.
+    /// With `rescue`, sectors that stay unreadable are written as zeros and
+    /// listed in a map beside the journal.
     pub fn finish(
         &self,
         mut journal: Journal,
+        rescue: bool,
         events: &mut dyn Events,
     ) -> Result<Outcome, SessionError> {
         self.host.check_unused(&[journal.record.partition])?;
+        let undoing = undo::path(journal.path());
+        if undoing.exists() {
+            return Err(SessionError::Refused(format!(
+                "the move of partition {} is being undone (journal {}): finish the undo with `{} \
+                 --undo`",
+                journal.record.partition,
+                undoing.display(),
+                state::finish_command(&self.target.path, journal.record.partition)
+            )));
+        }
         let writer = self.host.writer()?;
         let m = journal.record.clone();
         if journal.state.sequence > 1 {
             events.resumed(&m, journal.state.phase, journal.state.cursor);
         }
+        let mut map = match rescue {
+            true => Some(Map::open(rescue::map_path(journal.path()), &m).map_err(io_error(
+                format!("reading {}", rescue::map_path(journal.path()).display()),
+            ))?),
+            false => None,
+        };
         events.started(2 * m.bytes());
         let started = Instant::now();
         let result = {
             // Called in turn, never at once: one RefCell serves both.
             let shared = RefCell::new(&mut *events);
             let stop = || shared.borrow().stop_requested();
-            copy::run_until(&*writer, &mut journal, &mut |n| shared.borrow_mut().progress(n), &stop)
+            let mut tick = |n| shared.borrow_mut().progress(n);
+            copy::run_until(&*writer, &mut journal, &mut tick, &stop, map.as_mut())
         };
         events.stopped();
         match result {
             Err(MoveError::Interrupted { verifying, chunks }) => {
                 return Ok(Outcome::Stopped(self.stopped_message(&journal, verifying, chunks)));
             }
-            Err(source) => {
-                return Err(SessionError::Move { source, journal: journal.path().to_path_buf() })
-            }
+            Err(source) => return Err(self.move_error(source, &journal)),
             Ok(()) => {}
         }
         if let Some(warning) = writer.tell_kernel(&m) {
@@ -757,9 +858,153 @@ impl Session {
             contents: m.contents.clone(),
             journal: journal.path().to_path_buf(),
             verified: true,
+            rescued: map.map(|map| self.rescued(&m, &map)),
             warnings,
         });
         Ok(Outcome::Finished)
+    }
+
+    /// Move back what the unfinished move in `forward` has moved, so the
+    /// partition is as it was before it: its own journaled move (resumed
+    /// where an earlier undo stopped), then the first journal marked
+    /// undone and its record forgotten.
+    pub fn undo(
+        &self,
+        mut forward: Journal,
+        events: &mut dyn Events,
+    ) -> Result<Outcome, SessionError> {
+        self.host.check_unused(&[forward.record.partition])?;
+        let writer = self.host.writer()?;
+        let undo_path = undo::path(forward.path());
+        let back = if undo_path.exists() {
+            Some(Journal::open(&undo_path)?)
+        } else {
+            self.start_undo(&forward, &*writer)?
+        };
+        if let Some(mut back) = back {
+            if back.state.sequence > 1 {
+                events.note(&format!(
+                    "resuming the undo at {} of {} chunks",
+                    back.state.cursor,
+                    back.record.chunks()
+                ));
+            }
+            events.started(2 * back.record.bytes());
+            let result = {
+                let shared = RefCell::new(&mut *events);
+                let stop = || shared.borrow().stop_requested();
+                let mut tick = |n| shared.borrow_mut().progress(n);
+                copy::run_until(&*writer, &mut back, &mut tick, &stop, None)
+            };
+            events.stopped();
+            match result {
+                Err(MoveError::Interrupted { .. }) => {
+                    return Ok(Outcome::Stopped(format!(
+                        "interrupted: the undo of partition {}'s move is journaled in {};                          finish it with `{} --undo`",
+                        forward.record.partition,
+                        undo_path.display(),
+                        state::finish_command(&self.target.path, forward.record.partition)
+                    )));
+                }
+                Err(source) => {
+                    let way_on = self.undo_way_on(forward.record.partition);
+                    return Err(SessionError::Move { source, journal: undo_path, way_on });
+                }
+                Ok(()) => back.commit(Phase::Done, back.record.chunks(), None)?,
+            }
+        }
+        let cursor = forward.state.cursor;
+        forward.commit(Phase::Undone, cursor, None)?;
+        let absolute = std::fs::canonicalize(forward.path())
+            .map_err(io_error(format!("finding {}", forward.path().display())))?;
+        self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;
+        let scrubbed = forward.scrub().and_then(|()| match Journal::open(&undo_path) {
+            Ok(mut back) => back.scrub(),
+            Err(_) => Ok(()),
+        });
+        if let Err(e) = scrubbed {
+            events.note(&format!("warning: {e}: a journal may still hold the bytes it saved"));
+        }
+        match std::fs::remove_file(&undo_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                events.note(&format!("warning: removing {}: {e}", undo_path.display()));
+            }
+            _ => {}
+        }
+        events.undone(&Status::of(&forward));
+        Ok(Outcome::Finished)
+    }
+
+    /// Before the undo's journal exists: a chunk whose own write may have
+    /// overwritten its source gets its saved bytes back there (again on a
+    /// rerun after a crash here: the first journal still holds them), then
+    /// the journal of the way back. None when nothing had moved.
+    fn start_undo(
+        &self,
+        forward: &Journal,
+        writer: &dyn Writer,
+    ) -> Result<Option<Journal>, SessionError> {
+        let back = undo::reverse(forward).map_err(|e| SessionError::Refused(e.to_string()))?;
+        if let Some((at, bytes)) = undo::saved_chunk(forward)? {
+            let lba = at / forward.record.sector_size.max(1);
+            let failed = |source| SessionError::Move {
+                source: MoveError::Io { what: "writing", lba, source },
+                journal: forward.path().to_path_buf(),
+                way_on: self.undo_way_on(forward.record.partition),
+            };
+            writer.write_at(bytes.bytes(), at).map_err(failed)?;
+            writer.flush().map_err(failed)?;
+        }
+        let Some(back) = back else { return Ok(None) };
+        Ok(Some(Journal::create(&undo::path(forward.path()), back)?))
+    }
+
+    /// What `--rescue` wrote as zeros, and the files they hit (the file
+    /// system read where the move put it).
+    fn rescued(&self, m: &Move, map: &Map) -> Rescued {
+        let bad = map.bad();
+        let moved: Vec<Range<u64>> = bad
+            .iter()
+            .map(|r| r.start - m.old_start + m.new_start..r.end - m.old_start + m.new_start)
+            .collect();
+        let at_new = Move { old_start: m.new_start, ..m.clone() };
+        Rescued {
+            map: map.path().to_path_buf(),
+            zero_filled: bad.iter().map(|r| [r.start, r.end - 1]).collect(),
+            holders: if bad.is_empty() { None } else { self.holders(&at_new, &moved) },
+            retries: rescue::RETRIES,
+            seconds: map.spent.as_secs_f64(),
+        }
+    }
+
+    /// A move that stopped on an error, with the ways on: an unreadable
+    /// sector stays unreadable, so a rerun alone would stop there again.
+    fn move_error(&self, source: MoveError, journal: &Journal) -> SessionError {
+        let m = &journal.record;
+        let finish = state::finish_command(&self.target.path, m.partition);
+        let (_, moved) = undo::moved(m, journal.state.phase, journal.state.cursor);
+        let way_on = match &source {
+            MoveError::Io { what: "reading", source: e, .. } if scan::unreadable(e) => format!(
+                "A sector that cannot be read stays so; two ways end in a usable partition:\n  \
+                 {finish} --undo    moves the {} already moved back: the partition exactly as \
+                 before the move\n  {finish} --rescue  finishes the move, reading each \
+                 unreadable sector {} more times and writing zeros where it still fails (listed \
+                 in a GNU ddrescue map beside the journal, with the files they hit)",
+                human_size(moved),
+                rescue::RETRIES
+            ),
+            _ => format!(
+                "Once the cause is fixed, rerun the same command to finish it (a drive remaps a \
+                 sector that failed a write when it is written again), or put the partition back \
+                 as it was with `{finish} --undo`"
+            ),
+        };
+        SessionError::Move { source, journal: journal.path().to_path_buf(), way_on }
+    }
+
+    fn undo_way_on(&self, n: u32) -> String {
+        let finish = state::finish_command(&self.target.path, n);
+        format!("Once the cause is fixed, finish the undo with `{finish} --undo`")
     }
 
     /// What a stopped move left: the disk's state and how to finish it.
@@ -1249,7 +1494,7 @@ mod tests {
         writes_left: Arc<Mutex<Option<u32>>>,
         kernel_refuses: Arc<AtomicBool>,
         told: Arc<Mutex<Vec<u32>>>,
-        /// Sectors whose reads fail with EIO.
+        /// Sectors whose reads fail with EIO until they are written.
         unreadable: Arc<Mutex<Vec<u64>>>,
     }
 
@@ -1269,14 +1514,21 @@ mod tests {
         }
 
         fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
-            if let Some(left) = self.writes_left.lock().unwrap().as_mut() {
-                if *left == 0 {
-                    return Err(std::io::Error::other("injected write failure"));
-                }
+            // A failing write lands half-way, as a cut-off request may.
+            let mut left = self.writes_left.lock().unwrap();
+            let fails = *left == Some(0);
+            let len = if fails { buf.len() / 2 } else { buf.len() };
+            let at = offset as usize;
+            self.bytes.lock().unwrap()[at..at + len].copy_from_slice(&buf[..len]);
+            // A drive remaps a pending sector when it is written.
+            let lbas = offset / SS as u64..(offset + len as u64) / SS as u64;
+            self.unreadable.lock().unwrap().retain(|b| !lbas.contains(b));
+            if fails {
+                return Err(std::io::Error::other("injected write failure"));
+            }
+            if let Some(left) = left.as_mut() {
                 *left -= 1;
             }
-            let at = offset as usize;
-            self.bytes.lock().unwrap()[at..at + buf.len()].copy_from_slice(buf);
             Ok(())
         }
 
@@ -1457,10 +1709,80 @@ mod tests {
         assert_eq!(lab.session.store.unfinished().len(), 1);
         *lab.mem.writes_left.lock().unwrap() = None;
         let journal = lab.session.unfinished(None).unwrap().expect("found by its record");
-        let outcome = lab.session.finish(journal, &mut Log::default()).unwrap();
+        let outcome = lab.session.finish(journal, false, &mut Log::default()).unwrap();
         assert_eq!(outcome, Outcome::Finished);
         assert_moved(&lab);
         assert!(lab.session.store.unfinished().is_empty());
+    }
+
+    /// A move stopped by a failing write (its chunk half-written over its
+    /// own source, saved in the journal) is undone: every byte back, the
+    /// table untouched, the move recorded undone and nothing left to
+    /// finish. A rerun of the move is refused while an undo is under way.
+    #[test]
+    fn a_stopped_move_is_undone_exactly() {
+        let lab = lab();
+        let to_64 = Options { to: Some(64), ..opts() };
+        *lab.mem.writes_left.lock().unwrap() = Some(0);
+        let err = lab.session.move_all(&to_64, &[1], &mut Log::default()).unwrap_err();
+        assert!(err.to_string().contains("--undo"), "names the way back: {err}");
+        assert_ne!(*lab.mem.bytes.lock().unwrap(), image(), "the failed write landed half");
+        let journal = lab.session.unfinished(None).unwrap().expect("stopped half-way");
+        let path = journal.path().to_path_buf();
+        // The undo itself stops on the same fault, then resumes.
+        let err = lab.session.undo(journal, &mut Log::default()).unwrap_err();
+        assert!(matches!(err, SessionError::Move { .. }), "{err}");
+        *lab.mem.writes_left.lock().unwrap() = None;
+        let journal = lab.session.unfinished(None).unwrap().expect("still unfinished");
+        let mut log = Log::default();
+        assert_eq!(lab.session.undo(journal, &mut log).unwrap(), Outcome::Finished);
+        assert_eq!(*lab.mem.bytes.lock().unwrap(), image(), "every byte as before the move");
+        assert!(lab.session.unfinished(None).unwrap().is_none());
+        assert!(lab.session.store.unfinished().is_empty(), "the record is gone");
+        assert_eq!(Journal::open(&path).unwrap().state.phase, Phase::Undone);
+        assert!(!undo::path(&path).exists(), "the undo's journal is gone");
+        assert!(std::fs::metadata(&path).unwrap().len() < 64 << 10, "saved chunks scrubbed");
+    }
+
+    /// An undo under way is finished by --undo, never by a rerun of the
+    /// move, which would copy from sources the undo has overwritten.
+    #[test]
+    fn a_rerun_is_refused_while_an_undo_is_under_way() {
+        let lab = lab();
+        let to_64 = Options { to: Some(64), ..opts() };
+        *lab.mem.writes_left.lock().unwrap() = Some(0);
+        lab.session.move_all(&to_64, &[1], &mut Log::default()).unwrap_err();
+        let journal = lab.session.unfinished(None).unwrap().unwrap();
+        std::fs::write(undo::path(journal.path()), b"an undo's journal").unwrap();
+        *lab.mem.writes_left.lock().unwrap() = None;
+        let err = lab.session.finish(journal, false, &mut Log::default()).unwrap_err();
+        assert!(err.to_string().contains("being undone"), "{err}");
+    }
+
+    /// With rescue, sectors that stay unreadable are written as zeros at
+    /// the new place and listed in the map; every other byte moves.
+    #[test]
+    fn a_rescue_moves_around_unreadable_sectors_and_maps_them() {
+        let lab = lab();
+        let bad = [OLD + 100, OLD + 101, OLD + 3000];
+        *lab.mem.unreadable.lock().unwrap() = bad.to_vec();
+        let rescue = Options { rescue: true, ..opts() };
+        let mut log = Log::default();
+        assert_eq!(lab.session.move_all(&rescue, &[1], &mut log).unwrap(), Outcome::Finished);
+        assert!(log.notes.iter().any(|n| n.contains("cannot be read")), "{:?}", log.notes);
+        let done = &log.done[0];
+        let rescued = done.rescued.as_ref().expect("rescued");
+        assert_eq!(rescued.zero_filled, [[OLD + 100, OLD + 101], [OLD + 3000, OLD + 3000]]);
+        let map = std::fs::read_to_string(&rescued.map).unwrap();
+        let dashes: Vec<&str> = map.lines().filter(|l| l.ends_with(" -")).collect();
+        assert_eq!(dashes, ["0x00014600  0x00000400  -", "0x0017EE00  0x00000200  -"], "{map}");
+        let img = lab.mem.bytes.lock().unwrap();
+        let mut expected = partition(&image(), OLD).to_vec();
+        for lba in bad {
+            let at = (lba - OLD) as usize * SS;
+            expected[at..at + SS].fill(0);
+        }
+        assert_eq!(partition(&img, done.new_start), &expected[..]);
     }
 
     /// The kernel refusing is a warning: the disk is right, the move done.
@@ -1512,7 +1834,7 @@ mod tests {
         Journal::create(&journal, prepared.record.clone()).unwrap();
         let found = lab.session.unfinished(None).unwrap().expect("a journal with no record");
         assert_eq!(found.path(), journal);
-        lab.session.finish(found, &mut Log::default()).unwrap();
+        lab.session.finish(found, false, &mut Log::default()).unwrap();
         assert_moved(&lab);
     }
 
@@ -1527,7 +1849,7 @@ mod tests {
         };
         assert!(why.contains("Finish with: blkalign realign"), "{why}");
         let journal = lab.session.unfinished(None).unwrap().expect("unfinished");
-        lab.session.finish(journal, &mut Log::default()).unwrap();
+        lab.session.finish(journal, false, &mut Log::default()).unwrap();
         assert_moved(&lab);
     }
 
@@ -1583,7 +1905,7 @@ mod tests {
                 assert!(now == before || now == relinked || now == moved, "{fail_at}: {now:?}");
                 *lab.mem.writes_left.lock().unwrap() = None;
                 let journal = lab.session.unfinished(None).unwrap().expect("an unfinished move");
-                lab.session.finish(journal, &mut Log::default()).unwrap();
+                lab.session.finish(journal, false, &mut Log::default()).unwrap();
             }
             let img = lab.mem.bytes.lock().unwrap();
             assert_eq!(rows(&img), moved, "failing at write {fail_at}");
@@ -1617,7 +1939,7 @@ mod tests {
             }
             *lab.mem.writes_left.lock().unwrap() = None;
             let journal = lab.session.unfinished(None).unwrap().expect("an unfinished move");
-            lab.session.finish(journal, &mut Log::default()).unwrap();
+            lab.session.finish(journal, false, &mut Log::default()).unwrap();
             assert_eq!(
                 rows(&lab.mem.bytes.lock().unwrap()),
                 moved,

@@ -3,7 +3,7 @@
 //! by then: a record names its journal, and the journal's identity decides
 //! whether it applies to a disk.
 
-use super::journal::{Journal, JournalError, Phase};
+use super::journal::{Journal, JournalError};
 use super::{Identity, Move};
 use crate::io::ReadAt;
 use serde::{Deserialize, Serialize};
@@ -88,7 +88,7 @@ impl Store {
     /// is unfinished (then nothing is touched).
     pub fn remove_finished(&self, path: &Path) -> Result<Option<Journal>, JournalError> {
         let journal = Journal::open(path)?;
-        if journal.state.phase != Phase::Done {
+        if !journal.state.phase.finished() {
             return Ok(None);
         }
         let err = |source| JournalError::Io { path: path.to_path_buf(), source };
@@ -122,7 +122,7 @@ impl Store {
             .filter_map(|e| serde_json::from_slice::<Record>(&fs::read(e.path()).ok()?).ok())
             .filter_map(|r| {
                 let j = Journal::open(&r.journal).ok()?;
-                (j.state.phase != Phase::Done).then_some((r, j))
+                (!j.state.phase.finished()).then_some((r, j))
             })
             .collect();
         out.sort_by(|a, b| a.0.journal.cmp(&b.0.journal));
@@ -167,6 +167,7 @@ pub fn applies(m: &Move, dev: &dyn ReadAt, id: &Identity) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::realign::journal::Phase;
     use crate::realign::tests::sample_move;
 
     #[test]
