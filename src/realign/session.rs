@@ -702,6 +702,7 @@ impl Session {
             human_size(m.bytes())
         ));
         events.started(m.bytes());
+        let started = Instant::now();
         let found = {
             let shared = RefCell::new(&mut *events);
             let stop = || shared.borrow().stop_requested();
@@ -710,6 +711,15 @@ impl Session {
         };
         events.stopped();
         let found = found.map_err(io_error(format!("reading partition {}", m.partition)))?;
+        if let Scan::Done(bad) = &found {
+            let seconds = started.elapsed().as_secs_f64();
+            events.note(&format!(
+                "read check: {} read in {seconds:.2} s ({}/s), {}",
+                human_size(m.bytes()),
+                human_size((m.bytes() as f64 / seconds.max(1e-6)) as u64),
+                if bad.is_empty() { "every sector readable".into() } else { scan::describe(bad) }
+            ));
+        }
         match found {
             Scan::Done(bad) if !bad.is_empty() => {
                 let holders = self.holders(m, &bad);
@@ -1140,13 +1150,22 @@ impl Session {
         notes.extend(prepared.notes.iter().cloned());
         notes.extend(self.image.as_ref().map(|(format, _)| growth(format, m)));
         notes.extend(self.fat_warning(m.partition, m.old_start, m.sectors));
+        if self.image.is_none() && self.target.kind == TargetKind::Disk {
+            let health = crate::device::drive::smart::read(&self.target.path);
+            notes.extend(health.and_then(|h| h.warning()));
+        }
         if opts.read_check {
             let cost = rate.map(|r| format!(", about {:.1} s here", m.bytes() as f64 / r));
             notes.push(format!(
-                "before writing, every sector it will read is read once ({}{}): an unreadable \
-                 one refuses the move with nothing written (--no-read-check skips this)",
+                "before writing, every sector it will read is read once ({}{}): {} \
+                 (--no-read-check skips this)",
                 human_size(m.bytes()),
-                cost.unwrap_or_default()
+                cost.unwrap_or_default(),
+                if opts.rescue {
+                    "unreadable ones are named, then read around and written as zeros (--rescue)"
+                } else {
+                    "an unreadable one refuses the move with nothing written"
+                }
             ));
         }
         let shifts = self.layer_shifts(placement);

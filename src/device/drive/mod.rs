@@ -8,6 +8,7 @@ pub mod ata;
 pub mod nvme;
 pub mod scsi;
 pub mod sgio;
+pub mod smart;
 
 /// A drive's answer that does not follow its standard.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
