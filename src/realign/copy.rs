@@ -437,7 +437,7 @@ fn write_all(disk: &dyn Disk, m: &Move, writes: &[Write]) -> Result<(), MoveErro
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::realign::tests::sample_move;
     use crate::realign::Write;
@@ -448,7 +448,7 @@ mod tests {
     /// change nothing and come from the copy's helper threads in no set
     /// order, so they do not count: a given count is the same crash point
     /// on every run. One lock over it all.
-    struct Flaky(Mutex<FlakyState>);
+    pub(crate) struct Flaky(Mutex<FlakyState>);
 
     struct FlakyState {
         durable: Vec<u8>,
@@ -483,11 +483,11 @@ mod tests {
     }
 
     impl Flaky {
-        fn new(image: Vec<u8>, ops: u64) -> Flaky {
+        pub(crate) fn new(image: Vec<u8>, ops: u64) -> Flaky {
             Flaky(Mutex::new(FlakyState { durable: image, cache: Vec::new(), ops_left: ops }))
         }
 
-        fn power_cut(&self, keep_every: usize) -> Vec<u8> {
+        pub(crate) fn power_cut(&self, keep_every: usize) -> Vec<u8> {
             self.0.lock().unwrap().power_cut(keep_every)
         }
     }

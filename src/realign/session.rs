@@ -15,7 +15,8 @@ use super::prepare::{prepare, PrepareError, Prepared};
 use super::rescue::{self, Map};
 use super::scan::{self, Scan};
 use super::state::{self, Store};
-use super::{guard, undo, Direction, Identity, Move};
+use super::undo::{self, BeginError};
+use super::{guard, Direction, Identity, Move};
 use crate::align::{Class, Geometry};
 use crate::device::exclusive::{self, ExclusiveError};
 use crate::device::kernel::{self, KernelPart, PartTable};
@@ -889,7 +890,15 @@ impl Session {
         let back = if undo_path.exists() {
             Some(Journal::open(&undo_path)?)
         } else {
-            self.start_undo(&forward, &*writer)?
+            undo::begin(&forward, &*writer).map_err(|e| match e {
+                BeginError::Undo(e) => SessionError::Refused(e.to_string()),
+                BeginError::Journal(e) => SessionError::Journal(e),
+                BeginError::Io { lba, source } => SessionError::Move {
+                    source: MoveError::Io { what: "writing", lba, source },
+                    journal: forward.path().to_path_buf(),
+                    way_on: self.undo_way_on(forward.record.partition),
+                },
+            })?
         };
         if let Some(mut back) = back {
             if back.state.sequence > 1 {
@@ -943,30 +952,6 @@ impl Session {
         }
         events.undone(&Status::of(&forward));
         Ok(Outcome::Finished)
-    }
-
-    /// Before the undo's journal exists: a chunk whose own write may have
-    /// overwritten its source gets its saved bytes back there (again on a
-    /// rerun after a crash here: the first journal still holds them), then
-    /// the journal of the way back. None when nothing had moved.
-    fn start_undo(
-        &self,
-        forward: &Journal,
-        writer: &dyn Writer,
-    ) -> Result<Option<Journal>, SessionError> {
-        let back = undo::reverse(forward).map_err(|e| SessionError::Refused(e.to_string()))?;
-        if let Some((at, bytes)) = undo::saved_chunk(forward)? {
-            let lba = at / forward.record.sector_size.max(1);
-            let failed = |source| SessionError::Move {
-                source: MoveError::Io { what: "writing", lba, source },
-                journal: forward.path().to_path_buf(),
-                way_on: self.undo_way_on(forward.record.partition),
-            };
-            writer.write_at(bytes.bytes(), at).map_err(failed)?;
-            writer.flush().map_err(failed)?;
-        }
-        let Some(back) = back else { return Ok(None) };
-        Ok(Some(Journal::create(&undo::path(forward.path()), back)?))
     }
 
     /// What `--rescue` wrote as zeros, and the files they hit (the file

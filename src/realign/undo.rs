@@ -4,6 +4,7 @@
 //! changes only once the copy is verified, so until then the partition is,
 //! once its bytes are back, exactly what it was.
 
+use super::copy::Disk;
 use super::journal::{Journal, JournalError, Phase};
 use super::{Direction, Move, Write};
 use crate::io::AlignedBuf;
@@ -99,9 +100,38 @@ pub fn saved_chunk(j: &Journal) -> Result<Option<(u64, AlignedBuf)>, JournalErro
     Ok(Some((m.old_start * m.sector_size + rel, buf)))
 }
 
+/// Why an undo could not begin.
+#[derive(Debug, thiserror::Error)]
+pub enum BeginError {
+    #[error(transparent)]
+    Undo(#[from] UndoError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error("I/O error writing LBA {lba}: {source}")]
+    Io { lba: u64, source: std::io::Error },
+}
+
+/// Begin undoing the move in `forward` on `disk`: a chunk whose own write
+/// may have overwritten its source gets its saved bytes back there,
+/// flushed (again on a rerun after a crash here: `forward` still holds
+/// them), then the undo's journal is made beside `forward`. None when
+/// nothing had moved: then the partition is already as it was.
+pub fn begin(forward: &Journal, disk: &dyn Disk) -> Result<Option<Journal>, BeginError> {
+    let back = reverse(forward)?;
+    if let Some((at, bytes)) = saved_chunk(forward)? {
+        let lba = at / forward.record.sector_size.max(1);
+        let failed = |source| BeginError::Io { lba, source };
+        disk.write_at(bytes.bytes(), at).map_err(failed)?;
+        disk.flush().map_err(failed)?;
+    }
+    let Some(back) = back else { return Ok(None) };
+    Ok(Some(Journal::create(&path(forward.path()), back)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::realign::copy::tests::Flaky;
     use crate::realign::copy::{self, Disk};
     use crate::realign::tests::sample_move;
     use std::sync::Mutex;
@@ -176,11 +206,7 @@ mod tests {
                 }
                 let j = Journal::open(&path).unwrap();
                 *disk.writes_left.lock().unwrap() = u64::MAX;
-                if let Some((at, bytes)) = saved_chunk(&j).unwrap() {
-                    disk.write_at(bytes.bytes(), at).unwrap();
-                }
-                if let Some(back) = reverse(&j).unwrap() {
-                    let mut u = Journal::create(&self::path(&path), back).unwrap();
+                if let Some(mut u) = begin(&j, &disk).unwrap() {
                     copy::run(&disk, &mut u, &mut |_| {}).unwrap();
                 }
                 let now = disk.bytes.lock().unwrap();
@@ -189,6 +215,66 @@ mod tests {
                     "{old}->{new} by {chunk}, stopped after {budget} writes"
                 );
             }
+        }
+    }
+
+    /// A power cut at every write and flush of the move, then at every
+    /// write and flush of its undo (a varying share of unflushed writes
+    /// lost each time), then the undo run again from its journals: the
+    /// partition's bytes are always back where they were.
+    #[test]
+    fn any_power_cut_during_an_undo_then_its_rerun_puts_every_byte_back() {
+        let image: Vec<u8> = (0..300 * 512).map(|i| (i * 7 % 251) as u8).collect();
+        for (old, new, chunk) in [(63, 64, 1024), (64, 63, 1024), (40, 120, 1024), (120, 7, 2048)] {
+            let m = Move {
+                old_start: old,
+                new_start: new,
+                sectors: 24,
+                chunk_bytes: chunk,
+                writes: Vec::new(),
+                ..sample_move()
+            };
+            let part = old as usize * 512..(old as usize + 24) * 512;
+            let mut cuts = 0;
+            for move_cut in 0.. {
+                let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
+                let path = dir.as_ref().unwrap().path().join("j");
+                let disk = Flaky::new(image.clone(), move_cut);
+                if copy::run(&disk, &mut Journal::create(&path, m.clone()).unwrap(), &mut |_| {})
+                    .is_ok()
+                {
+                    break;
+                }
+                let stopped = disk.power_cut(2);
+                for undo_cut in 0.. {
+                    let disk = Flaky::new(stopped.clone(), undo_cut);
+                    let forward = Journal::open(&path).unwrap();
+                    let done = begin(&forward, &disk).is_ok_and(|u| {
+                        u.is_none_or(|mut u| copy::run(&disk, &mut u, &mut |_| {}).is_ok())
+                    });
+                    // The rerun: the undo's journal resumed, or begun again.
+                    let disk = Flaky::new(disk.power_cut(undo_cut as usize % 3), u64::MAX);
+                    let undo = self::path(&path);
+                    let mut u = match undo.exists() {
+                        true => Some(Journal::open(&undo).unwrap()),
+                        false => begin(&forward, &disk).unwrap(),
+                    };
+                    if let Some(u) = u.as_mut() {
+                        copy::run(&disk, u, &mut |_| {}).unwrap();
+                    }
+                    let now = disk.power_cut(1);
+                    assert!(
+                        now[part.clone()] == image[part.clone()],
+                        "{old}->{new}/{chunk}: move cut at {move_cut}, undo cut at {undo_cut}"
+                    );
+                    let _ = std::fs::remove_file(&undo);
+                    cuts += 1;
+                    if done {
+                        break;
+                    }
+                }
+            }
+            assert!(cuts > 10, "{old}->{new}/{chunk}: only {cuts} cuts");
         }
     }
 
