@@ -1,0 +1,110 @@
+# Kernel lab, a move over a failing disk (run by tests/kernel_lab_faults.rs
+# in the guest). Usage: faults.sh OUT: OUT/f.bin is a file to store.
+#
+# The disk is scsi_debug's (96 MiB, 512e), whose medium errors are the
+# kernel's own: reads of LBAs BAD..BAD+7 (one 4 KiB block of f.bin, inside
+# an ext4 at LBA 63 of 80000 sectors) fail with MEDIUM ERROR once opts=2,
+# writes do not, and the sectors stay unreadable after a write (a drive
+# that cannot remap them). Before each case the disk is laid again from an
+# image, with the errors off.
+# - refused: `realign DISK 1 --yes`: the read check refuses, naming the
+#   file; the disk's SHA-256 unchanged (refused.json).
+# - undone: `--no-read-check` stops the move half-way; `--undo --yes` puts
+#   it back: the partition's SHA-256 as before, e2fsck -fn (undone.json).
+# - rescued: `--to 83968 --rescue --yes` (a destination clear of the bad
+#   sectors, which would fail its verification); ddrescuelog's list of the
+#   map, f.bin as moved (f.rescued) and as expected (f.bin with its bad
+#   block zeroed: f.expected), e2fsck -fn (rescued.json).
+# Each case: the journal's size and whether the marker in the file system
+# is in it.
+set -euo pipefail
+BLKALIGN=$(lab_local "$BLKALIGN")
+out=$1
+exec 2>"$out/build.err"
+trap 'status=$?; [ "$status" -eq 0 ] || cat "$out/build.err"; exit "$status"' EXIT
+export BLKALIGN_STATE_DIR=/tmp/state
+mkdir -p /tmp/state /tmp/files
+MARK=BLKALIGN-LAB-MARKER-28
+
+# The image: a table and an ext4 with f.bin and a marker file.
+img=/tmp/disk.img
+truncate -s 96M "$img"
+printf 'label: dos\nstart=63, size=80000\n' | sfdisk -q "$img"
+cp "$out/f.bin" /tmp/files/f.bin
+for _ in $(seq 500); do printf '%s ' "$MARK"; done >/tmp/files/marker.txt
+mkfs.ext4 -q -F -b 4096 -d /tmp/files -E offset=$((63 * 512)) "$img" 40000k
+block=$(debugfs -R "bmap /f.bin 10" "$img?offset=$((63 * 512))" 2>/dev/null)
+bad=$((63 + block * 8))
+
+modprobe scsi_debug dev_size_mb=96 sector_size=512 physblk_exp=3 opts=0 \
+  medium_error_start=$bad medium_error_count=8
+lab_settle
+host=$(ls -d /sys/bus/pseudo/drivers/scsi_debug/adapter*/host* | head -1)
+d=/dev/$(ls "$host"/target*/*/block/ | head -1)
+errors() { echo "$1" >/sys/bus/pseudo/drivers/scsi_debug/opts; }
+sha() { dd if="$d" bs=1M iflag=direct,skip_bytes,count_bytes skip=$(($1 * 512)) count=$(($2 * 512)) status=none | sha256sum | cut -c1-64; }
+fresh() {
+  errors 0
+  rm -rf /tmp/state/*
+  dd if="$img" of="$d" bs=4M oflag=direct status=none
+  blockdev --rereadpt "$d" 2>/dev/null || true
+  lab_settle
+}
+journal() { echo "/tmp/state/journals/$(basename "$d")-p1.journal"; }
+# journal_json: the journal's size and whether the marker is in it.
+journal_json() {
+  local j
+  j=$(journal)
+  printf '"journal_bytes": %s, "journal_has_marker": %s' "$(stat -c %s "$j" 2>/dev/null || echo -1)" \
+    "$(grep -q "$MARK" "$j" 2>/dev/null && echo true || echo false)"
+}
+realign() { # NAME ARGS...: run, keep stdout and stderr, print the exit status
+  local name=$1 status=0
+  shift
+  "$BLKALIGN" realign "$d" "$@" >"$out/$name.out" 2>"$out/$name.err" || status=$?
+  echo "$status"
+}
+
+# refused
+fresh
+before=$(sha 0 196608)
+errors 2
+exit=$(realign refused 1 --yes)
+errors 0
+printf '{"bad": %s, "exit": %s, "unchanged": %s}\n' "$bad" "$exit" \
+  "$([ "$(sha 0 196608)" = "$before" ] && echo true || echo false)" >"$out/refused.json"
+
+# undone
+fresh
+before=$(sha 63 80000)
+errors 2
+stop=$(realign stopped 1 --yes --no-read-check)
+status=$("$BLKALIGN" realign --status "$(journal)" --json 2>/dev/null || true)
+undo=$(realign undone --undo --yes --json)
+errors 0
+start=$(sfdisk -J "$d" | jq '.partitiontable.partitions[0].start')
+fsck=0
+e2fsck -fn "$d?offset=$((63 * 512))" >"$out/undone.fsck" 2>&1 || fsck=$?
+printf '{"bad": %s, "stop": %s, "status": %s, "exit": %s, "start": %s, "same": %s, "fsck": %s, %s}\n' \
+  "$bad" "$stop" "${status:-null}" "$undo" "$start" \
+  "$([ "$(sha 63 80000)" = "$before" ] && echo true || echo false)" "$fsck" "$(journal_json)" \
+  >"$out/undone.json"
+
+# rescued
+fresh
+errors 2
+rescue=$(realign rescued 1 --to 83968 --rescue --yes --json)
+errors 0
+start=$(sfdisk -J "$d" | jq '.partitiontable.partitions[0].start')
+ddrescuelog -l- -b 512 "$(journal).map" >"$out/rescued.list" || true
+at="$d?offset=$((start * 512))"
+fsck=0
+e2fsck -fn "$at" >"$out/rescued.fsck" 2>&1 || fsck=$?
+debugfs -R "dump /f.bin $out/f.rescued" "$at" 2>/dev/null
+cp "$out/f.bin" "$out/f.expected"
+dd if=/dev/zero of="$out/f.expected" bs=4096 seek=10 count=1 conv=notrunc status=none
+debugfs -R "dump /marker.txt /tmp/marker.moved" "$at" 2>/dev/null
+printf '{"bad": %s, "exit": %s, "start": %s, "fsck": %s, "marker_same": %s, %s}\n' \
+  "$bad" "$rescue" "$start" "$fsck" \
+  "$(cmp -s /tmp/files/marker.txt /tmp/marker.moved && echo true || echo false)" \
+  "$(journal_json)" >"$out/rescued.json"
