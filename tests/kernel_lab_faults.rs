@@ -5,8 +5,10 @@
 //! error half-way is undone to the partition's exact bytes; a rescued move
 //! zero-fills exactly the failing sectors, which its GNU ddrescue map lists
 //! as ddrescuelog reads it, and the file they hit equals the original with
-//! that block zeroed. Each finished journal is a few KiB holding none of
-//! the partition's bytes.
+//! that block zeroed. A write error from a device-mapper `error` segment
+//! stops the move naming the LBA, and `--undo`, or a rerun once the table
+//! is linear again, ends in the partition whole. Each finished journal is
+//! a few KiB holding none of the partition's bytes.
 
 mod common;
 
@@ -72,6 +74,24 @@ fn a_failing_disk_cannot_corner_a_move() {
     assert_ne!(expected, file);
     assert!(moved == expected, "f.bin after the rescue is not the original with block 10 zeroed");
     assert_journal_clean(&rescued);
+
+    // A write error (a device-mapper error segment where the first chunk
+    // lands) stops the move; --undo, or the same command once the fault is
+    // gone (the table reloaded linear), ends in a whole partition.
+    for way in ["undo", "rerun"] {
+        let r = json(&format!("write-{way}.json"));
+        let stopped = said(&format!("write-{way}-stopped"));
+        assert_eq!(r["stop"], 2, "{stopped}");
+        assert!(stopped.contains("I/O error writing LBA 81000"), "names the LBA: {stopped}");
+        assert_eq!(r["exit"], 0, "{}", said(&format!("write-{way}")));
+        assert_eq!(
+            (&r["start"], &r["same"], &r["fsck"]),
+            (&r["expected_start"], &Value::from(true), &Value::from(0)),
+            "{way}: {r}\n{}",
+            text(&format!("write-{way}.fsck"))
+        );
+        assert_journal_clean(&r);
+    }
 }
 
 /// A finished journal keeps its record only: a few KiB, no user bytes.

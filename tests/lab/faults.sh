@@ -15,6 +15,8 @@
 #   sectors, which would fail its verification); ddrescuelog's list of the
 #   map, f.bin as moved (f.rescued) and as expected (f.bin with its bad
 #   block zeroed: f.expected), e2fsck -fn (rescued.json).
+# - write-undo, write-rerun: write errors from a device-mapper `error`
+#   segment (below).
 # Each case: the journal's size and whether the marker in the file system
 # is in it.
 set -euo pipefail
@@ -108,3 +110,45 @@ printf '{"bad": %s, "exit": %s, "start": %s, "fsck": %s, "marker_same": %s, %s}\
   "$bad" "$rescue" "$start" "$fsck" \
   "$(cmp -s /tmp/files/marker.txt /tmp/marker.moved && echo true || echo false)" \
   "$(journal_json)" >"$out/rescued.json"
+
+# Write errors, from device-mapper: the same image on a loop device under
+# a dm table that is linear but for an `error` segment at LBA 81000, where
+# the move's first chunk lands (the partition at 63 moving to 2048 ends at
+# 82048). The move stops there; then either --undo (write-undo.json), or
+# the table reloaded as plain linear, as a drive remapping the sector, and
+# the same command again (write-rerun.json): the partition's SHA-256 where
+# it ends, e2fsck -fn.
+modprobe dm-mod
+cp "$img" /tmp/dm.img
+loopdev=$(losetup -f --show /tmp/dm.img)
+size=$(blockdev --getsz "$loopdev")
+faulty_table() {
+  printf '0 81000 linear %s 0\n81000 8 error\n81008 %s linear %s 81008\n' \
+    "$loopdev" $((size - 81008)) "$loopdev"
+}
+d=/dev/mapper/faulty
+for way in undo rerun; do
+  dd if="$img" of="$loopdev" bs=4M oflag=direct status=none
+  rm -rf /tmp/state/*
+  faulty_table | dmsetup create faulty
+  before=$(sha 63 80000)
+  stop=$(realign "write-$way-stopped" 1 --yes)
+  if [ "$way" = undo ]; then
+    exit=$(realign "write-$way" --undo --yes)
+    moved_to=63
+  else
+    printf '0 %s linear %s 0\n' "$size" "$loopdev" | dmsetup load faulty
+    dmsetup resume faulty
+    exit=$(realign "write-$way" --yes)
+    moved_to=2048
+  fi
+  start=$(sfdisk -J "$d" | jq '.partitiontable.partitions[0].start')
+  fsck=0
+  e2fsck -fn "$d?offset=$((start * 512))" >"$out/write-$way.fsck" 2>&1 || fsck=$?
+  printf '{"stop": %s, "exit": %s, "start": %s, "expected_start": %s, "same": %s, "fsck": %s, %s}\n' \
+    "$stop" "$exit" "$start" "$moved_to" \
+    "$([ "$(sha "$start" 80000)" = "$before" ] && echo true || echo false)" "$fsck" \
+    "$(journal_json)" >"$out/write-$way.json"
+  dmsetup remove faulty
+done
+losetup -d "$loopdev"
