@@ -6,6 +6,7 @@ use super::needs;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 /// True when the lab can boot; otherwise says why (and fails under strict).
 pub fn ready() -> bool {
@@ -82,7 +83,8 @@ impl Dir {
 
 /// Boot the lab with `disks` (DRIVER:LOGICAL:PHYSICAL:IMAGE:SERIAL) and run
 /// tests/lab/`script` with `args` in the guest; panics with the guest's
-/// output unless it exits 0. $BLKALIGN is the binary under test.
+/// output unless it exits 0. $BLKALIGN is the binary under test, built
+/// as [`guest_binary`] says.
 pub fn run(dir: &Dir, disks: &[String], script: &str, args: &[String]) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
     let mut cmd = Command::new(format!("{root}/scripts/kernel-lab"));
@@ -94,7 +96,7 @@ pub fn run(dir: &Dir, disks: &[String], script: &str, args: &[String]) -> String
     }
     // A copy: a build while the guest runs must not swap the binary under it.
     let binary = dir.path().join("blkalign");
-    std::fs::copy(env!("CARGO_BIN_EXE_blkalign"), &binary).expect("copy the binary");
+    std::fs::copy(guest_binary(), &binary).expect("copy the binary");
     cmd.args(["--", "env", &format!("BLKALIGN={}", binary.display()), "bash"]);
     cmd.arg(format!("{root}/tests/lab/{script}"));
     cmd.args(args);
@@ -105,4 +107,34 @@ pub fn run(dir: &Dir, disks: &[String], script: &str, args: &[String]) -> String
     println!("kernel lab: {script} took {:.0} s", started.elapsed().as_secs_f64());
     assert!(out.status.success(), "kernel lab {script} exited {}:\n{text}", out.status);
     text
+}
+
+/// The blkalign the guest runs: this source's release build (`cargo build
+/// --release --locked`, what scripts/build-deb packages; CI has built it by
+/// the time `cargo test` runs, so this is a no-op there). Under TCG every
+/// instruction is emulated: a crash state's rerun and audit cost 30 % less
+/// than with the debug build (docs/performance.md). BLKALIGN_LAB_PROFILE=dev
+/// runs the test's own debug build instead.
+pub fn guest_binary() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let debug = PathBuf::from(env!("CARGO_BIN_EXE_blkalign"));
+            if std::env::var("BLKALIGN_LAB_PROFILE").is_ok_and(|p| p == "dev") {
+                return debug;
+            }
+            // CARGO_BIN_EXE_blkalign is TARGET_DIR/debug/blkalign.
+            let target = debug.parent().and_then(Path::parent).expect("a target directory");
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let status = Command::new(cargo)
+                .args(["build", "--quiet", "--release", "--locked", "--bin", "blkalign"])
+                .arg("--target-dir")
+                .arg(target)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo build --release");
+            assert!(status.success(), "cargo build --release for the guest failed: {status}");
+            target.join("release").join("blkalign")
+        })
+        .clone()
 }

@@ -65,8 +65,9 @@ realign() {
 # verdicts N SHA LABEL: the members judging the moved disk now.
 verdicts() {
   local n=$1 want=$2 fsck=0 verify=0 audit=0 got start size
-  start=$(cat "/sys/class/block/${T#/dev/}p$n/start" 2>/dev/null || echo null)
-  size=$(cat "/sys/class/block/${T#/dev/}p$n/size" 2>/dev/null || echo 0)
+  # read, not $(cat): a process costs a quarter of a second under TCG.
+  read -r start <"/sys/class/block/${T#/dev/}p$n/start" 2>/dev/null || start=null
+  read -r size <"/sys/class/block/${T#/dev/}p$n/size" 2>/dev/null || size=0
   got=$(sha "$(part "$n")" $((size * 512)))
   e2fsck -fn "$(part "$n")" >/dev/null 2>&1 || fsck=$?
   if [ "$3" = gpt ]; then
@@ -146,7 +147,7 @@ run_case() {
     attach /dev/mapper/lab-snap "$ss"
     rerun=0
     # The kernel's partition as it scanned the state (a torn table may have none).
-    seen=$(cat "/sys/class/block/${T#/dev/}p$n/start" 2>/dev/null || echo null)
+    read -r seen <"/sys/class/block/${T#/dev/}p$n/start" 2>/dev/null || seen=null
     mount "$J" /tmp/j
     realign "$n" "$@" >/dev/null 2>>"$out/$name.err" || rerun=$?
     states+="${states:+, }{\"entry\": $upto, \"kind\": \"$kind\", \"rerun\": $rerun, \"scanned_start\": $seen, $(verdicts "$n" "$want" "$label")"
