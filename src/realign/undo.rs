@@ -235,7 +235,7 @@ mod tests {
                 ..sample_move()
             };
             let part = old as usize * 512..(old as usize + 24) * 512;
-            let mut cuts = 0;
+            let mut cuts = 0u64;
             for move_cut in 0.. {
                 let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
                 let path = dir.as_ref().unwrap().path().join("j");
@@ -274,7 +274,8 @@ mod tests {
                     }
                 }
             }
-            assert!(cuts > 10, "{old}->{new}/{chunk}: only {cuts} cuts");
+            // At least a cut at each chunk's write, whatever else a run writes.
+            assert!(cuts >= m.chunks(), "{old}->{new}/{chunk}: only {cuts} cuts");
         }
     }
 
