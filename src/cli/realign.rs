@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
   blkalign realign disk.img 2 --to 2048 --yes
   blkalign realign --status /var/lib/blkalign/journals/sdb-p2.journal
   blkalign realign --clean disk.img --yes   # delete finished journals
-  blkalign realign /dev/sdb --undo --yes    # put a stopped move's partition back
-  blkalign realign /dev/sdb --rescue --yes  # finish it over unreadable sectors
+  blkalign realign /dev/sdb --undo --yes    # undo a stopped move
+  blkalign realign /dev/sdb --rescue --yes  # finish it over bad sectors
 
 A killed or power-cut move resumes when the same command is run again. Ctrl-C
 (SIGINT) or SIGTERM stops it between chunks: it says how far it got and the
