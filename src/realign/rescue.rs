@@ -93,7 +93,13 @@ impl Map {
             spent: std::time::Duration::ZERO,
         };
         match std::fs::read_to_string(&map.path) {
-            Ok(text) => map.bad = parse(&text, m.sector_size)?,
+            // Only what lies in the partition: a map is a file anyone may edit.
+            Ok(text) => {
+                let domain = map.domain.clone();
+                let inside = |r: Range<u64>| r.start.max(domain.start)..r.end.min(domain.end);
+                let bad = parse(&text, m.sector_size)?.into_iter().map(inside);
+                map.bad = bad.filter(|r| r.start < r.end).collect();
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
@@ -294,5 +300,11 @@ mod tests {
         }
         assert_eq!(at, m.identity.size_bytes, "{text}");
         assert!(text.contains("0x00007E00  0x00000200  -\n"), "LBA 63 bad: {text}");
+        // An edited map naming sectors outside the partition: they are not its.
+        std::fs::write(map.path(), "# x\n0x0 +\n0x0 0x200 -\n0x7E00 0x200 -\n").unwrap();
+        assert_eq!(
+            Map::open(map.path().to_path_buf(), &m).unwrap().bad(),
+            std::slice::from_ref(&(63..64))
+        );
     }
 }

@@ -958,10 +958,9 @@ impl Session {
     /// system read where the move put it).
     fn rescued(&self, m: &Move, map: &Map) -> Rescued {
         let bad = map.bad();
-        let moved: Vec<Range<u64>> = bad
-            .iter()
-            .map(|r| r.start - m.old_start + m.new_start..r.end - m.old_start + m.new_start)
-            .collect();
+        // The map keeps only ranges inside the partition: no underflow.
+        let at_new = |lba: u64| lba.saturating_sub(m.old_start).saturating_add(m.new_start);
+        let moved: Vec<Range<u64>> = bad.iter().map(|r| at_new(r.start)..at_new(r.end)).collect();
         let at_new = Move { old_start: m.new_start, ..m.clone() };
         Rescued {
             map: map.path().to_path_buf(),
