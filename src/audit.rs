@@ -364,6 +364,7 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
     }
     if let Ok(file) = &file {
         check_unfinished_move(&mut audit, root, target, &topology, file);
+        check_move_at_boot(&mut audit, root, target, &topology);
     }
     judge(&mut audit, found, &geometry, target.selected_partition);
     if let Ok(file) = &file {
@@ -462,6 +463,31 @@ fn check_unfinished_move(
     );
     // A problem found (exit 1), said once: the audit itself completed.
     audit.problems.push(Problem::new("realign_unfinished", message));
+}
+
+/// A move scheduled for the next boot on this disk (`realign --at-boot`):
+/// the disk stays misaligned until that boot, and says why.
+fn check_move_at_boot(audit: &mut DiskAudit, root: &SysRoot, target: &Target, topology: &Topology) {
+    let path = realign::state::Store::default().boot_plan();
+    let Ok(plan) = realign::boot::BootPlan::read(&path) else { return };
+    if plan.identity != device::identity(root, target, topology) {
+        return;
+    }
+    let moves: Vec<String> = plan
+        .moves
+        .iter()
+        .map(|s| format!("partition {} from LBA {} to {}", s.partition, s.from, s.to))
+        .collect();
+    audit.problems.push(Problem::new(
+        "realign_at_boot",
+        format!(
+            "a move of {} is scheduled for the next boot of kernel {} ({}); `blkalign realign \
+             --at-boot` says where it stands",
+            moves.join(", "),
+            plan.kernel,
+            path.display()
+        ),
+    ));
 }
 
 /// A table written for the other logical sector size puts every partition

@@ -2,6 +2,7 @@
 //! library.
 
 mod advise;
+mod atboot;
 mod audit;
 mod bench;
 mod demo;

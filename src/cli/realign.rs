@@ -30,54 +30,54 @@ A killed or power-cut move resumes when the same command is run again. Ctrl-C
 command that finishes it, and exits 130 (143 for SIGTERM).")]
 pub struct Args {
     /// The whole disk (/dev/sda) or disk-image file holding the partitions.
-    #[arg(required_unless_present_any = ["status", "clean"])]
-    target: Option<PathBuf>,
+    #[arg(required_unless_present_any = ["status", "clean", "at_boot", "at_boot_run"])]
+    pub(super) target: Option<PathBuf>,
 
     /// Partitions to move, numbered as `audit` numbers them. Default: every
     /// misaligned partition.
-    partitions: Vec<u32>,
+    pub(super) partitions: Vec<u32>,
 
     /// Move the one named partition to this LBA (it must be physically aligned).
     #[arg(long, value_name = "LBA")]
-    to: Option<u64>,
+    pub(super) to: Option<u64>,
 
     /// Destination grain: optimal (1 MiB, optimal I/O and physical sector,
     /// falling back to the physical sector when there is no room), minimal
     /// (the physical sector) or a size.
     #[arg(long, default_value = "optimal", value_name = "optimal|minimal|SIZE")]
-    align: String,
+    pub(super) align: String,
 
     /// The journal file: outside the target, on persistent storage [default:
     /// IMAGE.blkalign-pN.journal beside an image; /var/lib/blkalign/journals/
     /// for a block device].
     #[arg(long, value_name = "FILE")]
-    journal: Option<PathBuf>,
+    pub(super) journal: Option<PathBuf>,
 
     /// Move. Without it, only the plan is printed.
     #[arg(long)]
-    yes: bool,
+    pub(super) yes: bool,
 
     /// Overwrite non-zero bytes before the first partition, or move
     /// sectors a boot loader records (reinstall it afterwards).
     #[arg(long)]
-    force: bool,
+    pub(super) force: bool,
 
     /// Move a partition even when that misaligns a layer inside that is
     /// aligned today (a LUKS payload or LVM data area placed to make up
     /// for the partition's start). Without it such a move is refused.
     #[arg(long)]
-    misalign_layers: bool,
+    pub(super) misalign_layers: bool,
 
     /// Skip reading every sector of the partition before the move writes
     /// any. Without that pass an unreadable sector stops the move half-way.
     #[arg(long)]
-    no_read_check: bool,
+    pub(super) no_read_check: bool,
 
     /// Undo an unfinished move instead of finishing it: move back the
     /// bytes already moved, journaled like the move, so the partition is
     /// exactly as before it (its table entry never changed).
     #[arg(long, conflicts_with_all = ["to", "clean", "rescue"])]
-    undo: bool,
+    pub(super) undo: bool,
 
     /// Finish a move over sectors that cannot be read: each is read again
     /// (twice), then written as zeros; their LBAs go to a GNU ddrescue map
@@ -85,15 +85,15 @@ pub struct Args {
     /// unreadable sector refuses (or stops) the move and nothing is
     /// zero-filled.
     #[arg(long, conflicts_with = "clean")]
-    rescue: bool,
+    pub(super) rescue: bool,
 
     /// Print the plan or the result as JSON.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 
     /// Say where the move recorded in this journal stands, and exit.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["target", "yes"])]
-    status: Option<PathBuf>,
+    pub(super) status: Option<PathBuf>,
 
     /// Delete the journals of finished moves (a few KiB each): TARGET's
     /// (next to an image, or under /var/lib/blkalign/journals/ recording a
@@ -101,13 +101,61 @@ pub struct Args {
     /// Lists them unless --yes; a journal of an unfinished move is never
     /// deleted.
     #[arg(long, conflicts_with_all = ["status", "to", "partitions", "json"])]
-    clean: bool,
+    pub(super) clean: bool,
+
+    /// Move at the next boot, from the initramfs: for partitions the
+    /// running system holds (its root). Prints what the boot will do; with
+    /// --yes records the plan, installs an initramfs-tools hook and
+    /// rebuilds the initramfs. Alone (no disk): where the scheduled or last
+    /// such move stands.
+    #[arg(long, conflicts_with_all = ["undo", "rescue", "clean", "status", "json", "journal"])]
+    pub(super) at_boot: bool,
+
+    /// With --at-boot: take back a scheduled move no boot has begun.
+    #[arg(long, requires = "at_boot", conflicts_with_all = ["target", "finish"])]
+    pub(super) cancel: bool,
+
+    /// With --at-boot: after the boot, report what it did and take the hook
+    /// out of the initramfs again (run by blkalign-at-boot.service).
+    #[arg(long, requires = "at_boot", conflicts_with = "target")]
+    pub(super) finish: bool,
+
+    /// With --at-boot: the installed system's root, when it is not / (an
+    /// installer's target, an image mounted for a test).
+    #[arg(long, value_name = "DIR", requires = "at_boot")]
+    pub(super) sysroot: Option<PathBuf>,
+
+    /// With --at-boot: the mount point of the file system to keep the
+    /// journal on [default: /boot, /boot/efi, /efi, else another plain
+    /// partition's file system not being moved].
+    #[arg(long, value_name = "DIR", requires = "at_boot")]
+    pub(super) journal_on: Option<PathBuf>,
+
+    /// With --at-boot: the kernel whose initramfs carries the move
+    /// [default: the newest in /boot].
+    #[arg(long, value_name = "VERSION", requires = "at_boot")]
+    pub(super) kernel: Option<String>,
+
+    /// What the initramfs runs: the move recorded in PLAN.
+    #[arg(long, value_name = "PLAN", hide = true, conflicts_with_all = ["target", "at_boot", "status", "clean", "to"])]
+    pub(super) at_boot_run: Option<PathBuf>,
 
     #[command(flatten)]
-    geometry: GeometryArgs,
+    pub(super) geometry: GeometryArgs,
 }
 
 pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
+    if let Some(plan) = &args.at_boot_run {
+        return super::atboot::run_in_initramfs(plan, &args, root);
+    }
+    if args.at_boot {
+        return match (&args.target, args.cancel, args.finish) {
+            (_, true, _) => super::atboot::cancel(&args),
+            (_, _, true) => super::atboot::finish(&args),
+            (Some(path), _, _) => super::atboot::schedule(&args, root, path),
+            (None, _, _) => super::atboot::status(&args),
+        };
+    }
     if let Some(journal) = &args.status {
         return status(journal, args.json);
     }
@@ -121,7 +169,10 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if args.yes {
         catch_interrupts();
     }
-    let session = open(root, path, &args)?;
+    let session = open_session(root, path, &args)?;
+    if args.yes {
+        super::atboot::check_not_scheduled(&session, &args)?;
+    }
     let mut events = Terminal::new(args.json);
     let mut resumed = None;
     if args.undo {
@@ -225,12 +276,12 @@ fn undo(session: &Session, path: &Path, args: &Args, events: &mut Terminal) -> a
     }
 }
 
-fn open(root: SysRoot, path: &Path, args: &Args) -> anyhow::Result<Session> {
+pub(super) fn open_session(root: SysRoot, path: &Path, args: &Args) -> anyhow::Result<Session> {
     let overrides = args.geometry.overrides();
     Ok(Session::open(root, path, &overrides, args.geometry.trust_kernel)?)
 }
 
-fn options(args: &Args) -> anyhow::Result<Options> {
+pub(super) fn options(args: &Args) -> anyhow::Result<Options> {
     Ok(Options {
         to: args.to,
         align: args.align.parse::<Align>()?,
@@ -373,7 +424,7 @@ fn interrupted() -> Option<u8> {
 fn clean(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
     let store = Store::default();
     let journals = match &args.target {
-        Some(target) => open(root, target, args)?.journals(args.journal.as_deref()),
+        Some(target) => open_session(root, target, args)?.journals(args.journal.as_deref()),
         None => store.journals(args.journal.clone()),
     };
     let mut found = 0;

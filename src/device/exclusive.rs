@@ -89,6 +89,24 @@ pub fn check_unused(root: &SysRoot, target: &Target, asked: &[u32]) -> Result<()
     }
 }
 
+/// Refuse only where one of the partitions `asked` is in use: for a move
+/// at boot, when the only other user of the disk is the journal's file
+/// system on a partition the move leaves alone (which also makes the
+/// disk refuse O_EXCL).
+pub fn check_partitions_unused(
+    root: &SysRoot,
+    target: &Target,
+    asked: &[u32],
+) -> Result<(), ExclusiveError> {
+    let name = target.name.as_deref().unwrap_or_default();
+    let mut asked_nodes = nodes(root, name);
+    asked_nodes.retain(|n| n.partition.is_some_and(|p| asked.contains(&p)));
+    match first_user(root, &asked_nodes) {
+        Some(why) => Err(ExclusiveError::InUse(target.path.clone(), why)),
+        None => Ok(()),
+    }
+}
+
 /// Whether a byte-range lock is held on the file: QEMU locks every image it
 /// opens (OFD locks on bytes 100 on, shared ones included).
 fn locked(path: &Path) -> bool {
@@ -256,6 +274,39 @@ fn unescape(field: &str) -> PathBuf {
     PathBuf::from(OsString::from_vec(out))
 }
 
+/// One line of /proc/self/mountinfo.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    /// major:minor of the device.
+    pub dev: String,
+    /// The directory of the file system mounted there ("/" for all of it).
+    pub root: PathBuf,
+    pub point: PathBuf,
+    pub read_write: bool,
+    pub fstype: String,
+}
+
+/// The mounts this process sees, in mount order.
+pub fn mount_table() -> Vec<Mount> {
+    parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default())
+}
+
+fn parse_mountinfo(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let f: Vec<&str> = left.split(' ').collect();
+            Some(Mount {
+                dev: f.get(2)?.to_string(),
+                root: unescape(f.get(3)?),
+                point: unescape(f.get(4)?),
+                read_write: f.get(5)?.split(',').any(|o| o == "rw"),
+                fstype: right.split(' ').next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
 /// The mount points of device `dev` ("8:1") in a mountinfo text, whose
 /// third field is major:minor, with the kernel's escapes undone.
 fn mounts(mountinfo: &str, dev: &str) -> Vec<String> {
@@ -419,6 +470,21 @@ mod tests {
         assert_eq!(mounted(MOUNTINFO, "8:2").as_deref(), Some("/"));
         assert_eq!(mounted(MOUNTINFO, "8:1"), None);
         assert_eq!(mounted(MOUNTINFO, ""), None);
+    }
+
+    #[test]
+    fn mountinfo_parsed_whole() {
+        let text =
+            format!("{MOUNTINFO}40 22 8:3 /sub /mnt/a\\040b ro,nosuid - vfat /dev/sda3 rw\nbad\n");
+        let t = parse_mountinfo(&text);
+        assert_eq!(t.len(), 3);
+        assert_eq!(
+            (t[0].dev.as_str(), t[0].fstype.as_str(), t[0].read_write),
+            ("8:2", "ext4", true)
+        );
+        assert_eq!(t[2].point, Path::new("/mnt/a b"));
+        assert_eq!(t[2].root, Path::new("/sub"));
+        assert!(!t[2].read_write);
     }
 
     /// Fixture disk sdz with device number `dev` ("8:240") under DIR/sys.

@@ -2,7 +2,7 @@
 //! no boot loader that records the sectors being moved, and a journal on
 //! persistent storage outside the target.
 
-use crate::device::sysfs::{block_dir, SysRoot};
+use crate::device::sysfs::{block_dir, partition_number, SysRoot};
 use crate::device::{Target, TargetKind};
 use crate::io::ReadAt;
 use crate::table::{Layout, Partition};
@@ -43,8 +43,8 @@ pub fn table_problems(layout: &Layout) -> Result<(), GuardError> {
 
 /// A boot loader that finds its code by sector number breaks when those
 /// sectors move: GRUB's boot.img in the MBR pointing inside `p`, or a BIOS
-/// boot partition. Says what to run afterwards when forced.
-pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, disk: &Path) -> Option<String> {
+/// boot partition, LILO, extlinux. Says what to run afterwards when forced.
+pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, ss: u64, disk: &Path) -> Option<String> {
     let reinstall =
         format!("reinstall the boot loader afterwards (`grub-install {}`)", disk.display());
     if p.type_id.eq_ignore_ascii_case(BIOS_BOOT) {
@@ -56,6 +56,24 @@ pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, disk: &Path) -> Option<Strin
     }
     let mut mbr = [0u8; 512];
     dev.read_exact_at(&mut mbr, 0).ok()?;
+    if mbr.get(6..10) == Some(b"LILO") {
+        return Some(
+            "LILO is in the MBR: its map file records the sectors of every kernel it boots; run \
+             `lilo` again after the move (or switch to GRUB) before rebooting"
+                .into(),
+        );
+    }
+    let mut vbr = [0u8; 512];
+    let first = p.start.checked_mul(ss)?;
+    if dev.read_exact_at(&mut vbr, first).is_ok()
+        && vbr.windows(8).any(|w| w == b"EXTLINUX" || w == b"SYSLINUX")
+    {
+        return Some(format!(
+            "partition {} has extlinux/syslinux in its boot sector, which finds ldlinux.sys by \
+             sector number; reinstall it afterwards (`extlinux --install` on its directory)",
+            p.number
+        ));
+    }
     let grub = mbr[..440].windows(4).any(|w| w == b"GRUB");
     let core = crate::io::le_u64(&mbr, 0x5C)?;
     let inside = core >= p.start && core < p.start.saturating_add(p.size);
@@ -69,9 +87,15 @@ pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, disk: &Path) -> Option<Strin
 }
 
 /// The journal must survive what the target does not: refuse it on the
-/// target itself (or its partitions), on the image being moved, and on
-/// memory-backed file systems.
-pub fn journal_location(root: &SysRoot, target: &Target, journal: &Path) -> Result<(), GuardError> {
+/// target itself (or its partitions, except those `spared` allows: any
+/// not being moved), on the image being moved, and on memory-backed file
+/// systems.
+pub fn journal_location(
+    root: &SysRoot,
+    target: &Target,
+    journal: &Path,
+    spared: Option<&[u32]>,
+) -> Result<(), GuardError> {
     let mut dir = match journal.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -107,8 +131,13 @@ pub fn journal_location(root: &SysRoot, target: &Target, journal: &Path) -> Resu
             let name = target.name.as_deref().unwrap_or_default();
             let holder = block_dir(&root.sys, meta.dev());
             let on_target = holder.as_deref().is_some_and(|d| {
-                d.file_name().is_some_and(|n| n == name)
-                    || d.parent().and_then(|p| p.file_name()).is_some_and(|n| n == name)
+                let beside = spared.zip(partition_number(d)).is_some_and(|(moved, n)| {
+                    !moved.contains(&n)
+                        && d.parent().and_then(|p| p.file_name()).is_some_and(|n| n == name)
+                });
+                !beside
+                    && (d.file_name().is_some_and(|n| n == name)
+                        || d.parent().and_then(|p| p.file_name()).is_some_and(|n| n == name))
             });
             if on_target {
                 return Err(GuardError::JournalOnTarget {
@@ -119,6 +148,19 @@ pub fn journal_location(root: &SysRoot, target: &Target, journal: &Path) -> Resu
             Ok(())
         }
     }
+}
+
+/// Whether partition `p` (sectors of `ss` bytes) is a swap area holding a
+/// hibernation image: the swap signature's place says S1SUSPEND,
+/// S2SUSPEND or ULSUSPEND (the kernel's and uswsusp's marks) instead of
+/// SWAPSPACE2.
+pub fn hibernation(dev: &dyn ReadAt, p: &Partition, ss: u64) -> bool {
+    let mut page = [0u8; 4096];
+    let Some(at) = p.start.checked_mul(ss) else { return false };
+    if p.size.saturating_mul(ss) < 4096 || dev.read_exact_at(&mut page, at).is_err() {
+        return false;
+    }
+    page[4086..].windows(7).any(|w| w == b"SUSPEND")
 }
 
 #[cfg(test)]
@@ -144,11 +186,29 @@ mod tests {
         mbr[0x180..0x184].copy_from_slice(b"GRUB");
         mbr[0x5C..0x64].copy_from_slice(&100u64.to_le_bytes());
         let disk = Path::new("/dev/sdz");
-        let why = boot_loader(&mbr, &part(63, "0x83"), disk).unwrap();
+        let why = boot_loader(&mbr, &part(63, "0x83"), 512, disk).unwrap();
         assert!(why.contains("LBA 100") && why.contains("grub-install /dev/sdz"), "{why}");
-        assert!(boot_loader(&mbr, &part(2048, "0x83"), disk).is_none(), "core.img elsewhere");
-        assert!(boot_loader(&vec![0u8; 4096], &part(2048, BIOS_BOOT), disk).is_some());
-        assert!(boot_loader(&vec![0u8; 10], &part(63, "0x83"), disk).is_none());
+        assert!(boot_loader(&mbr, &part(2048, "0x83"), 512, disk).is_none(), "core.img elsewhere");
+        assert!(boot_loader(&vec![0u8; 4096], &part(2048, BIOS_BOOT), 512, disk).is_some());
+        assert!(boot_loader(&vec![0u8; 10], &part(63, "0x83"), 512, disk).is_none());
+        let mut disk_img = vec![0u8; 64 * 512];
+        disk_img[63 * 512 + 3..63 * 512 + 11].copy_from_slice(b"EXTLINUX");
+        let why = boot_loader(&disk_img, &part(63, "0x83"), 512, disk).unwrap();
+        assert!(why.contains("ldlinux.sys"), "{why}");
+        assert!(boot_loader(&disk_img, &part(62, "0x83"), 512, disk).is_none());
+        disk_img[6..10].copy_from_slice(b"LILO");
+        assert!(boot_loader(&disk_img, &part(2048, "0x83"), 512, disk).unwrap().contains("lilo"));
+    }
+
+    #[test]
+    fn a_hibernation_image_is_told_from_plain_swap() {
+        let mut img = vec![0u8; 64 * 512 + 8192];
+        let sig = 63 * 512 + 4086;
+        img[sig..sig + 10].copy_from_slice(b"SWAPSPACE2");
+        assert!(!hibernation(&img, &part(63, "0x82"), 512));
+        img[sig..sig + 10].copy_from_slice(b"S1SUSPEND\0");
+        assert!(hibernation(&img, &part(63, "0x82"), 512));
+        assert!(!hibernation(&img, &part(64, "0x82"), 512));
     }
 
     #[test]
@@ -160,7 +220,7 @@ mod tests {
             selected_partition: None,
         };
         if Path::new("/dev/shm").is_dir() {
-            let err = journal_location(&SysRoot::real(), &target, Path::new("/dev/shm/j"));
+            let err = journal_location(&SysRoot::real(), &target, Path::new("/dev/shm/j"), None);
             assert!(matches!(err, Err(GuardError::JournalInMemory(_))), "{err:?}");
         }
     }

@@ -12,8 +12,10 @@
 //! its EBR has the EBR moved first ([`Move::before`]): a table change that
 //! leaves every partition where it is, so any crash during it is harmless.
 
+pub mod boot;
 pub mod copy;
 pub mod guard;
+pub mod initramfs;
 pub mod journal;
 pub mod layers;
 pub mod place;

@@ -79,8 +79,9 @@ pub trait Host {
     /// Refuse a target that is mounted, held, attached or locked, naming
     /// the partitions in `asked` first where they are the ones in use.
     fn check_unused(&self, asked: &[u32]) -> Result<(), SessionError>;
-    /// Refuse a journal where a crash of the target would take it along.
-    fn check_journal(&self, journal: &Path) -> Result<(), SessionError>;
+    /// Refuse a journal where a crash of the target would take it along
+    /// (for the move of the partitions `moved`).
+    fn check_journal(&self, journal: &Path, moved: &[u32]) -> Result<(), SessionError>;
     /// The target opened for the move's writes.
     fn writer(&self) -> Result<Box<dyn Writer>, SessionError>;
     /// Bytes per second reading the target at `offset`: the estimate's basis.
@@ -422,8 +423,17 @@ impl Session {
             )));
         }
         let identity = device::identity(&root, &target, &topology);
-        let host = Box::new(Device { root, target: target.clone(), export: false });
+        let host = Box::new(Device { root, target: target.clone(), export: false, at_boot: false });
         Ok(Session::with(target, topology, geometry, identity, Box::new(file), host))
+    }
+
+    /// The disk at `path` for a move in the initramfs (see
+    /// [`Device::at_boot`]).
+    pub fn open_at_boot(root: SysRoot, path: &Path) -> Result<Session, SessionError> {
+        let mut session = Session::open(root.clone(), path, &Overrides::default(), false)?;
+        let target = session.target.clone();
+        session.host = Box::new(Device { root, target, export: false, at_boot: true });
+        Ok(session)
     }
 
     /// The guest disk of a VM image, exported read-write by QEMU (which
@@ -441,7 +451,7 @@ impl Session {
         let Opened { target: guest, file, topology, geometry } = opened;
         let identity = device::identity(&root, &guest, &topology);
         let target = Target { path: path.to_path_buf(), ..guest.clone() };
-        let host = Box::new(Device { root, target: guest, export: true });
+        let host = Box::new(Device { root, target: guest, export: true, at_boot: false });
         let session = Session::with(target, topology, geometry, identity, Box::new(file), host);
         Ok(Session { image: Some((format.name(), export)), ..session })
     }
@@ -467,6 +477,23 @@ impl Session {
 
     pub fn target(&self) -> &Target {
         &self.target
+    }
+
+    /// What the disk is recognised by, whatever it is called.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
+    }
+
+    /// The partition holding a hibernation image, if any: resuming it after
+    /// a move would bring back a kernel that knows the old layout.
+    pub fn hibernation_image(&self) -> Result<Option<u32>, SessionError> {
+        let layout = self.layout()?;
+        let ss = self.topology.logical_sector_size.value;
+        Ok(layout
+            .partitions
+            .iter()
+            .find(|p| guard::hibernation(&*self.reader, p, ss))
+            .map(|p| p.number))
     }
 
     /// The in-use guard, for a move of the partitions `asked`.
@@ -615,7 +642,7 @@ impl Session {
     /// Returns the first journal's path.
     pub fn preflight(&self, opts: &Options, wanted: &[u32]) -> Result<PathBuf, SessionError> {
         let first = self.journal_path(opts, wanted.first().copied().unwrap_or(1));
-        self.host.check_journal(&first)?;
+        self.host.check_journal(&first, wanted)?;
         self.host.check_unused(wanted)?;
         Ok(first)
     }
@@ -1090,9 +1117,12 @@ impl Session {
             });
         }
         if !req.force {
-            if let Some(why) =
-                guard::boot_loader(&*self.reader, &placed.partition, &self.target.path)
-            {
+            if let Some(why) = guard::boot_loader(
+                &*self.reader,
+                &placed.partition,
+                self.geometry.logical,
+                &self.target.path,
+            ) {
                 return Err(PlaceError::CannotMove(n, format!("{why}; --force moves it anyway")));
             }
         }
@@ -1265,15 +1295,23 @@ pub struct Device {
     pub target: Target,
     /// A VM image's guest disk exported by qemu-storage-daemon over FUSE.
     pub export: bool,
+    /// In the initramfs, with the journal's file system mounted from
+    /// another partition of this disk: only the partitions moved must be
+    /// unused, and the disk is opened without O_EXCL (the mount holds it).
+    pub at_boot: bool,
 }
 
 impl Host for Device {
     fn check_unused(&self, asked: &[u32]) -> Result<(), SessionError> {
+        if self.at_boot {
+            return Ok(exclusive::check_partitions_unused(&self.root, &self.target, asked)?);
+        }
         Ok(exclusive::check_unused(&self.root, &self.target, asked)?)
     }
 
-    fn check_journal(&self, journal: &Path) -> Result<(), SessionError> {
-        Ok(guard::journal_location(&self.root, &self.target, journal)?)
+    fn check_journal(&self, journal: &Path, moved: &[u32]) -> Result<(), SessionError> {
+        let spared = self.at_boot.then_some(moved);
+        Ok(guard::journal_location(&self.root, &self.target, journal, spared)?)
     }
 
     /// O_DIRECT where the file system allows it (tmpfs does not),
@@ -1289,6 +1327,11 @@ impl Host for Device {
             let reads = open_direct(&self.target.path, Mode::Read, false)
                 .map_err(|e| SessionError::Refused(e.to_string()))?;
             return Ok(Box::new(DeviceWriter { file, reads: Some(reads), root, target }));
+        }
+        if self.at_boot {
+            let flags = rustix::fs::OFlags::RDWR | rustix::fs::OFlags::DIRECT;
+            let file = device::open_checked(&self.target.path, flags)?;
+            return Ok(Box::new(DeviceWriter { file, reads: None, root, target }));
         }
         let file = match open_direct(&self.target.path, Mode::Write, false) {
             Ok(f) => f,
@@ -1554,7 +1597,7 @@ mod tests {
             Ok(())
         }
 
-        fn check_journal(&self, _: &Path) -> Result<(), SessionError> {
+        fn check_journal(&self, _: &Path, _: &[u32]) -> Result<(), SessionError> {
             Ok(())
         }
 

@@ -45,6 +45,16 @@ impl Store {
         self.base.join("realign")
     }
 
+    /// The plan of a move scheduled for the next boot (`realign --at-boot`).
+    pub fn boot_plan(&self) -> PathBuf {
+        self.base.join("at-boot.json")
+    }
+
+    /// The plan of the last move made at boot, once finished.
+    pub fn last_boot_plan(&self) -> PathBuf {
+        self.base.join("at-boot.last.json")
+    }
+
     /// Where journals of block devices go unless --journal says otherwise.
     pub fn journal_dir(&self) -> PathBuf {
         self.base.join("journals")

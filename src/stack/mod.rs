@@ -14,7 +14,7 @@ mod verdict;
 mod zfs;
 
 pub use layers::{walk, Details, Layer};
-pub use signature::{identify, Contents, Kind};
+pub use signature::{fs_uuid, identify, Contents, Kind};
 pub use startrec::{start_fixups, Patch, StackError};
 pub use verdict::{compensates, judge, LayerVerdict};
 

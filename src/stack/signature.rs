@@ -419,6 +419,31 @@ fn iso9660(region: &Region, _: &[u8]) -> Option<Contents> {
     Some(Contents::new(Kind::Iso9660, "iso9660").label(text(&pvd, 40, 32)).size(size))
 }
 
+/// The file system at `offset` and its UUID as blkid prints it (ext*,
+/// XFS, btrfs: 8-4-4-4-12 hex; FAT: the volume serial, XXXX-XXXX): what
+/// finds it again under any device name, as `root=UUID=` does.
+pub fn fs_uuid(dev: &dyn ReadAt, offset: u64, size: u64) -> io::Result<Option<(Contents, String)>> {
+    let Some(found) = identify(dev, offset, size)? else { return Ok(None) };
+    let region = Region { dev, offset, size };
+    let uuid = match found.kind {
+        Kind::Ext => region.bytes(1024 + 0x68, 16).map(|b| dashed(&b)),
+        Kind::Xfs => region.bytes(32, 16).map(|b| dashed(&b)),
+        Kind::Btrfs => region.bytes(65536 + 0x20, 16).map(|b| dashed(&b)),
+        Kind::Fat => region.bytes(0, 512).and_then(|b| {
+            let at = if fat_bpb(&b)?.fat32 { 0x43 } else { 0x27 };
+            let id = le_u32(&b, at)?;
+            Some(format!("{:04X}-{:04X}", id >> 16, id & 0xffff))
+        }),
+        _ => None,
+    };
+    Ok(uuid.filter(|u| u.chars().any(|c| c != '0' && c != '-')).map(|u| (found, u)))
+}
+
+fn dashed(b: &[u8]) -> String {
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    [&hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..]].join("-")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

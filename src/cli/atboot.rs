@@ -1,0 +1,551 @@
+//! `blkalign realign --at-boot`: a move of partitions the running system
+//! holds (its root), made at the next boot from the initramfs. Scheduling,
+//! cancelling and finishing run on the installed system; `--at-boot-run`
+//! is what the initramfs runs.
+
+use super::realign::{open_session, options, Args};
+use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
+use anyhow::{bail, Context};
+use blkalign::device::SysRoot;
+use blkalign::realign::boot::{
+    self, Action, BootPlan, BootResult, BootState, MoveState, Ran, Shift, Slot,
+};
+use blkalign::realign::initramfs::{self, Hook};
+use blkalign::realign::journal::Phase;
+use blkalign::realign::session::{Done, Events, Session};
+use blkalign::realign::state::Store;
+use blkalign::realign::Move;
+use blkalign::units::human_size;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Where the initramfs mounts the journal's file system.
+const MOUNT: &str = "/run/blkalign-journal";
+const UNIT: &str = "blkalign-at-boot.service";
+
+fn sysroot(args: &Args) -> PathBuf {
+    args.sysroot.clone().unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// The state directory of the system at `sysroot`.
+fn store(sysroot: &Path) -> Store {
+    if sysroot == Path::new("/") {
+        Store::default()
+    } else {
+        Store::new(sysroot.join("var/lib/blkalign"))
+    }
+}
+
+/// The journal directory as the installed system sees it.
+fn journal_dir(sysroot: &Path, plan: &BootPlan) -> PathBuf {
+    let point = plan.journal.mountpoint.strip_prefix("/").unwrap_or(&plan.journal.mountpoint);
+    sysroot.join(point).join(boot::DIR)
+}
+
+/// `realign DISK [N...] --at-boot [--yes]`: the plan and what the boot will
+/// do; with --yes, record it, install the hook and rebuild the initramfs.
+pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
+    let sysroot = sysroot(args);
+    let store = store(&sysroot);
+    let session = open_session(root.clone(), path, args)?;
+    let wanted = session.wanted(&args.partitions)?;
+    if wanted.is_empty() {
+        eprintln!("nothing to move: no partition's data is off a physical sector boundary");
+        return Ok(EXIT_OK);
+    }
+    let disk = session.target().name.clone().unwrap_or_default();
+    let place = boot::choose_place(&root, &sysroot, &disk, &wanted, args.journal_on.as_deref())
+        .map_err(anyhow::Error::msg)?;
+    let in_dir = |n| {
+        let point = place.mountpoint.strip_prefix("/").unwrap_or(&place.mountpoint);
+        BootPlan::journal(&sysroot.join(point).join(boot::DIR), n)
+    };
+    let opts = blkalign::realign::session::Options {
+        journal: (wanted.len() == 1).then(|| in_dir(wanted[0])),
+        ..options(args)?
+    };
+    let planned = session.plan(&opts, &wanted)?;
+    super::emit(&planned.iter().map(|m| m.describe(path)).collect::<String>())?;
+    if planned.iter().any(|m| m.refused.is_some()) {
+        eprintln!("refused: nothing scheduled");
+        return Ok(EXIT_ERROR);
+    }
+    let moves: Vec<Shift> = planned
+        .iter()
+        .filter_map(|p| {
+            Some(Shift { partition: p.partition, from: p.old_start?, to: p.new_start? })
+        })
+        .collect();
+    if moves.is_empty() {
+        return Ok(EXIT_OK);
+    }
+    if let Some(n) = session.hibernation_image()? {
+        bail!(
+            "partition {n} holds a hibernation image: resuming it after a move would bring back a \
+             kernel that knows the old layout. Resume (or discard it with `swapoff`/`mkswap`) \
+             first"
+        );
+    }
+    let generator = initramfs::detect(&sysroot)?;
+    let kernel = match &args.kernel {
+        Some(k) => k.clone(),
+        None => initramfs::next_kernel(&sysroot)?,
+    };
+    let layout = session.layout()?;
+    let plan = BootPlan {
+        disk: path.to_path_buf(),
+        identity: session.identity().clone(),
+        table: layout
+            .partitions
+            .iter()
+            .map(|p| Slot { partition: p.number, start: p.start, size: p.size })
+            .collect(),
+        moves,
+        journal: place,
+        generator,
+        kernel,
+        scheduled: boot::now(),
+    };
+    let dir = journal_dir(&sysroot, &plan);
+    eprintln!(
+        "at the next boot of kernel {}, initramfs-tools' init-premount (after udev has found the \
+         disks, before LVM, LUKS or md are assembled) moves {}, journaled in {} ({} {}, UUID {}). \
+         It refuses, writing nothing and booting on, if the disk is not this one (size, serial, \
+         WWN) or its table changed; an I/O error stops the boot in the initramfs shell with the \
+         commands that finish or undo the move",
+        plan.kernel,
+        describe_moves(&plan.moves),
+        dir.display(),
+        plan.journal.fstype,
+        plan.journal.device.display(),
+        plan.journal.uuid
+    );
+    if !args.yes {
+        eprintln!("dry run: nothing scheduled; add --yes to schedule it and rebuild the initramfs");
+        return Ok(EXIT_OK);
+    }
+    let plan_path = store.boot_plan();
+    if plan_path.exists() {
+        bail!(
+            "a move is already scheduled ({}): `blkalign realign --at-boot --cancel --yes` first",
+            plan_path.display()
+        );
+    }
+    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    BootResult::remove(&dir)?;
+    write_plan(&plan_path, &plan)?;
+    let binary = std::env::current_exe().context("finding the blkalign binary")?;
+    let modules = [boot::fs_module(&plan.journal.fstype)];
+    let hook = Hook { binary: &binary, plan: &plan_path, modules: &modules };
+    let installed = initramfs::install(&sysroot, &hook)
+        .map_err(anyhow::Error::from)
+        .and_then(|()| Ok(initramfs::rebuild(&sysroot, &plan.kernel)?));
+    let command = match installed {
+        Ok(c) => c,
+        Err(e) => {
+            initramfs::remove(&sysroot)?;
+            fs::remove_file(&plan_path).ok();
+            return Err(e.context("nothing is scheduled"));
+        }
+    };
+    let unit = install_unit(&sysroot, &binary)?;
+    eprintln!("rebuilt the initramfs: {command}");
+    super::emit(&format!(
+        "scheduled: {} at the next boot of kernel {}. {}\n",
+        describe_moves(&plan.moves),
+        plan.kernel,
+        match unit {
+            true => format!(
+                "Once booted, {UNIT} runs `blkalign realign --at-boot --finish`, which reports \
+                 the result and takes the hook out of the initramfs again"
+            ),
+            false => "Once booted, run `blkalign realign --at-boot --finish`: it reports the \
+                      result and takes the hook out of the initramfs again"
+                .into(),
+        }
+    ))?;
+    Ok(EXIT_OK)
+}
+
+fn describe_moves(moves: &[Shift]) -> String {
+    let each: Vec<String> = moves
+        .iter()
+        .map(|s| format!("partition {} from LBA {} to {}", s.partition, s.from, s.to))
+        .collect();
+    each.join(", ")
+}
+
+fn write_plan(path: &Path, plan: &BootPlan) -> anyhow::Result<()> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    fs::write(&tmp, serde_json::to_vec_pretty(plan)?)
+        .and_then(|()| fs::File::open(&tmp)?.sync_all())
+        .and_then(|()| fs::rename(&tmp, path))
+        .and_then(|()| blkalign::device::exclusive::sync_parent(path))
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// A oneshot unit that finishes after the boot, where systemd is the init.
+fn install_unit(sysroot: &Path, binary: &Path) -> anyhow::Result<bool> {
+    let units = sysroot.join("etc/systemd/system");
+    if !units.is_dir() {
+        return Ok(false);
+    }
+    let text = format!(
+        "[Unit]\n\
+         Description=Finish the partition move blkalign made at boot\n\
+         ConditionPathExists=/var/lib/blkalign/at-boot.json\n\
+         After=local-fs.target\n\n\
+         [Service]\n\
+         Type=oneshot\n\
+         ExecStart={} realign --at-boot --finish\n\
+         SuccessExitStatus=1\n\n\
+         [Install]\n\
+         WantedBy=multi-user.target\n",
+        binary.display()
+    );
+    fs::write(units.join(UNIT), text)?;
+    let wants = units.join("multi-user.target.wants");
+    fs::create_dir_all(&wants)?;
+    let link = wants.join(UNIT);
+    if !link.exists() {
+        std::os::unix::fs::symlink(Path::new("/etc/systemd/system").join(UNIT), link)?;
+    }
+    Ok(true)
+}
+
+fn remove_unit(sysroot: &Path) {
+    let units = sysroot.join("etc/systemd/system");
+    fs::remove_file(units.join("multi-user.target.wants").join(UNIT)).ok();
+    fs::remove_file(units.join(UNIT)).ok();
+}
+
+/// The scheduled plan, or the last one finished.
+fn read_plan(store: &Store) -> anyhow::Result<Option<(BootPlan, bool)>> {
+    for (path, scheduled) in [(store.boot_plan(), true), (store.last_boot_plan(), false)] {
+        if path.exists() {
+            return Ok(Some((BootPlan::read(&path)?, scheduled)));
+        }
+    }
+    Ok(None)
+}
+
+/// `realign --at-boot`: where the scheduled (or last) move at boot stands.
+pub fn status(args: &Args) -> anyhow::Result<u8> {
+    let sysroot = sysroot(args);
+    let Some((plan, scheduled)) = read_plan(&store(&sysroot))? else {
+        eprintln!("no move is scheduled for boot");
+        return Ok(EXIT_OK);
+    };
+    let dir = journal_dir(&sysroot, &plan);
+    let states = plan.states(&dir);
+    let result = BootResult::read(&dir);
+    let mut text = format!(
+        "{} move at boot on {} (kernel {}), journals in {}:\n",
+        if scheduled { "scheduled" } else { "finished" },
+        plan.disk.display(),
+        plan.kernel,
+        dir.display()
+    );
+    for (s, state) in &states {
+        text += &format!(
+            "  partition {} from LBA {} to {}: {}\n",
+            s.partition,
+            s.from,
+            s.to,
+            match state {
+                MoveState::Scheduled => "not begun",
+                MoveState::Unfinished => "unfinished (the next boot resumes it)",
+                MoveState::Done => "done",
+                MoveState::Undone => "undone",
+            }
+        );
+    }
+    text += &match &result {
+        None => "  no boot has run it yet\n".to_string(),
+        Some(r) => format!(
+            "  last boot: {}{} ({} boot{})\n",
+            state_word(r.state),
+            r.reason.as_ref().map(|w| format!(": {w}")).unwrap_or_default(),
+            r.boots,
+            if r.boots == 1 { "" } else { "s" }
+        ),
+    };
+    super::emit(&text)?;
+    let all_done = states.iter().all(|(_, s)| *s == MoveState::Done);
+    Ok(if all_done { EXIT_OK } else { EXIT_PROBLEM })
+}
+
+fn state_word(s: BootState) -> &'static str {
+    match s {
+        BootState::Moving => "moving (cut off: the next boot resumes)",
+        BootState::Done => "done",
+        BootState::Refused => "refused, nothing written",
+        BootState::Stopped => "stopped on an error",
+        BootState::Undone => "undone from the initramfs shell",
+    }
+}
+
+/// `realign --at-boot --finish`: after the boot, report what it did and,
+/// once nothing is left for a boot to do, take the hook out again.
+pub fn finish(args: &Args) -> anyhow::Result<u8> {
+    let sysroot = sysroot(args);
+    let store = store(&sysroot);
+    let plan_path = store.boot_plan();
+    if !plan_path.exists() {
+        eprintln!("no move is scheduled for boot: nothing to finish");
+        return Ok(EXIT_OK);
+    }
+    let plan = BootPlan::read(&plan_path)?;
+    let dir = journal_dir(&sysroot, &plan);
+    let states = plan.states(&dir);
+    let result = BootResult::read(&dir);
+    if let Some((s, _)) = states.iter().find(|(_, st)| *st == MoveState::Unfinished) {
+        eprintln!(
+            "the move of partition {} is unfinished (journal {}): the next boot resumes it; the \
+             hook stays",
+            s.partition,
+            BootPlan::journal(&dir, s.partition).display()
+        );
+        return Ok(EXIT_PROBLEM);
+    }
+    let refused =
+        result.as_ref().filter(|r| matches!(r.state, BootState::Refused | BootState::Undone));
+    let all_done = states.iter().all(|(_, s)| *s == MoveState::Done);
+    if !all_done && refused.is_none() {
+        eprintln!(
+            "no boot has run the move yet (the initramfs of kernel {} carries it): nothing to \
+             finish",
+            plan.kernel
+        );
+        return Ok(EXIT_PROBLEM);
+    }
+    initramfs::remove(&sysroot)?;
+    let command = initramfs::rebuild(&sysroot, &plan.kernel)?;
+    remove_unit(&sysroot);
+    fs::rename(&plan_path, store.last_boot_plan())
+        .with_context(|| format!("renaming {}", plan_path.display()))?;
+    eprintln!("took the hook out and rebuilt the initramfs: {command}");
+    if let Some(r) = refused {
+        super::emit(&match r.state {
+            BootState::Undone => "the move at boot was undone: the partition is as it was\n".into(),
+            _ => format!(
+                "the move at boot was refused and nothing was written: {}\n",
+                r.reason.as_deref().unwrap_or("no reason recorded")
+            ),
+        })?;
+        return Ok(EXIT_PROBLEM);
+    }
+    super::emit(&format!("moved at boot: {}\n", describe_moves(&plan.moves)))?;
+    Ok(EXIT_OK)
+}
+
+/// `realign --at-boot --cancel`: take back a move no boot has begun.
+pub fn cancel(args: &Args) -> anyhow::Result<u8> {
+    let sysroot = sysroot(args);
+    let store = store(&sysroot);
+    let plan_path = store.boot_plan();
+    if !plan_path.exists() {
+        eprintln!("no move is scheduled for boot");
+        return Ok(EXIT_OK);
+    }
+    let plan = BootPlan::read(&plan_path)?;
+    let dir = journal_dir(&sysroot, &plan);
+    if let Some((s, st)) = plan.states(&dir).into_iter().find(|(_, st)| *st != MoveState::Scheduled)
+    {
+        bail!(
+            "a boot already began the move of partition {} ({st:?}): it can no longer be \
+             cancelled; `blkalign realign --at-boot --finish` once it is done",
+            s.partition
+        );
+    }
+    if !args.yes {
+        eprintln!(
+            "dry run: --cancel --yes removes the plan and the hook and rebuilds the initramfs of \
+             kernel {}",
+            plan.kernel
+        );
+        return Ok(EXIT_OK);
+    }
+    initramfs::remove(&sysroot)?;
+    let command = initramfs::rebuild(&sysroot, &plan.kernel)?;
+    remove_unit(&sysroot);
+    fs::remove_file(&plan_path).with_context(|| format!("removing {}", plan_path.display()))?;
+    eprintln!("rebuilt the initramfs: {command}");
+    super::emit(&format!("cancelled: {}\n", describe_moves(&plan.moves)))?;
+    Ok(EXIT_OK)
+}
+
+/// `realign --at-boot-run PLAN [--undo|--rescue]`, in the initramfs: 0
+/// done (or nothing to do), 1 refused with nothing written or undone (the
+/// boot goes on), 2 a move stopped (the boot script drops to the shell).
+pub fn run_in_initramfs(plan_path: &Path, args: &Args, root: SysRoot) -> anyhow::Result<u8> {
+    let plan = match BootPlan::read(plan_path) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("blkalign: no move at this boot: {e}");
+            return Ok(EXIT_PROBLEM);
+        }
+    };
+    let action = match (args.undo, args.rescue) {
+        (true, _) => Action::Undo,
+        (_, true) => Action::Rescue,
+        _ => Action::Move,
+    };
+    eprintln!("blkalign: the move at boot of {}", describe_moves(&plan.moves));
+    let mount = Path::new(MOUNT);
+    let mounted = device_mounted_on(mount);
+    if !mounted {
+        let Some(device) = wait_for(|| boot::find_fs(&root, &plan.journal.uuid)) else {
+            eprintln!(
+                "blkalign: refused, nothing written: the journal's file system (UUID {}) was not \
+                 found; booting on the old layout",
+                plan.journal.uuid
+            );
+            return Ok(EXIT_PROBLEM);
+        };
+        fs::create_dir_all(mount)?;
+        let flags = rustix::mount::MountFlags::empty();
+        rustix::mount::mount(&device, mount, plan.journal.fstype.as_str(), flags, None)
+            .with_context(|| format!("mounting {} on {MOUNT}", device.display()))?;
+    }
+    let dir = mount.join(boot::DIR);
+    fs::create_dir_all(&dir)?;
+    let before = BootResult::read(&dir);
+    let earlier = before.as_ref().map(|r| r.state);
+    if action == Action::Move && matches!(earlier, Some(BootState::Done | BootState::Undone)) {
+        eprintln!(
+            "blkalign: nothing to do: the move was {} at an earlier boot",
+            match earlier {
+                Some(BootState::Done) => "done",
+                _ => "undone",
+            }
+        );
+        return unmount(mount, EXIT_OK);
+    }
+    let boots = before.map_or(0, |r| r.boots).saturating_add(1);
+    let record = |state, reason: Option<String>| {
+        BootResult { state, reason, boots, when: boot::now() }.write(&dir)
+    };
+    record(BootState::Moving, None)?;
+    wait_for(|| (boot::find_disks(&root, &plan.identity).len() == 1).then_some(()));
+    match boot::run(&root, &plan, &dir, action, &mut Console::default()) {
+        Ok(Ran::Done) => {
+            record(BootState::Done, None)?;
+            eprintln!("blkalign: {} done; booting on", describe_moves(&plan.moves));
+            unmount(mount, EXIT_OK)
+        }
+        Ok(Ran::Undone) => {
+            record(BootState::Undone, None)?;
+            eprintln!("blkalign: the move is undone, the partition as it was; booting on");
+            unmount(mount, EXIT_PROBLEM)
+        }
+        Ok(Ran::Refused(why)) => {
+            record(BootState::Refused, Some(why.clone()))?;
+            eprintln!("blkalign: refused, nothing written: {why}; booting on the old layout");
+            unmount(mount, EXIT_PROBLEM)
+        }
+        Err(e) => {
+            let states = plan.states(&dir);
+            if !states.iter().any(|(_, st)| *st == MoveState::Unfinished) {
+                record(BootState::Refused, Some(e.to_string()))?;
+                eprintln!("blkalign: refused, nothing written: {e}; booting on the old layout");
+                return unmount(mount, EXIT_PROBLEM);
+            }
+            record(BootState::Stopped, Some(e.to_string()))?;
+            // The journal's file system stays mounted for the commands.
+            let again = format!("blkalign realign --at-boot-run {}", plan_path.display());
+            eprintln!(
+                "blkalign: {e}\nblkalign: from this shell, `{again}` finishes the move (once the \
+                 cause is fixed), `{again} --undo` puts the partition back as it was, `{again} \
+                 --rescue` finishes it writing zeros for sectors that stay unreadable; then \
+                 `exit` boots on"
+            );
+            Ok(EXIT_ERROR)
+        }
+    }
+}
+
+/// Whether a file system is mounted on `dir` (a rerun from the shell).
+fn device_mounted_on(dir: &Path) -> bool {
+    blkalign::device::exclusive::mount_table().iter().any(|m| m.point == dir)
+}
+
+fn unmount(mount: &Path, code: u8) -> anyhow::Result<u8> {
+    rustix::fs::sync();
+    rustix::mount::unmount(mount, rustix::mount::UnmountFlags::empty())
+        .with_context(|| format!("unmounting {}", mount.display()))?;
+    Ok(code)
+}
+
+/// Poll for up to 30 s: a disk behind a slow controller or USB may appear
+/// after udev settled.
+fn wait_for<T>(mut find: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        if let Some(found) = find() {
+            return Some(found);
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Progress for the console: a line every tenth, no terminal tricks.
+#[derive(Default)]
+struct Console {
+    total: u64,
+    done: u64,
+    said: u64,
+}
+
+impl Events for Console {
+    fn resumed(&mut self, m: &Move, phase: Phase, chunks_done: u64) {
+        eprintln!(
+            "blkalign: resuming the move of partition {} ({phase:?}, {chunks_done} of {} chunks)",
+            m.partition,
+            m.chunks()
+        );
+    }
+
+    fn started(&mut self, total: u64) {
+        (self.total, self.done, self.said) = (total, 0, 0);
+    }
+
+    fn progress(&mut self, bytes: u64) {
+        self.done = self.done.saturating_add(bytes);
+        let tenth = self.done.saturating_mul(10).checked_div(self.total).unwrap_or(10);
+        if tenth > self.said {
+            self.said = tenth;
+            eprintln!("blkalign: {}% of {}", tenth * 10, human_size(self.total));
+        }
+    }
+
+    fn note(&mut self, text: &str) {
+        eprintln!("blkalign: {text}");
+    }
+
+    fn finished(&mut self, done: &Done) {
+        eprint!("{}", done.describe());
+    }
+}
+
+/// A session is opened by the caller; this only checks nothing is
+/// scheduled on the disk before a plain `realign --yes` moves it.
+pub fn check_not_scheduled(session: &Session, args: &Args) -> anyhow::Result<()> {
+    let store = store(&sysroot(args));
+    let Some((plan, true)) = read_plan(&store)? else { return Ok(()) };
+    if plan.identity == *session.identity() {
+        bail!(
+            "a move of {} on this disk is scheduled for the next boot: cancel it first \
+             (`blkalign realign --at-boot --cancel --yes`)",
+            describe_moves(&plan.moves)
+        );
+    }
+    Ok(())
+}

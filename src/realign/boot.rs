@@ -1,0 +1,486 @@
+//! A move made at the next boot, from the initramfs, for partitions the
+//! running system cannot let go of (its root at LBA 63): the plan the
+//! running system records, what the initramfs checks before it writes,
+//! and the result it leaves for the running system to report.
+//!
+//! The journal cannot live on the partition moved, nor on a file system
+//! the initramfs cannot mount before root: it lives on another plain
+//! partition's file system (/boot, the ESP, a data partition; of this disk
+//! or another), found at boot by its UUID, in [`DIR`].
+
+use super::initramfs::Generator;
+use super::journal::{Journal, Phase};
+use super::session::{Events, Options, Outcome, Session, SessionError};
+use super::state::Store;
+use crate::device::exclusive::Mount;
+use crate::device::{self, sysfs, Identity, Overrides, SysRoot};
+use crate::table::Layout;
+use serde::{Deserialize, Serialize};
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The journal directory, at the root of its file system.
+pub const DIR: &str = "blkalign-at-boot";
+const RESULT: &str = "result.json";
+/// The free space a journal may need: two saved chunks and its record.
+const JOURNAL_ROOM: u64 = 2 * super::CHUNK_BYTES + (4 << 20);
+/// File systems the initramfs can mount for the journal, with their module.
+pub const JOURNAL_FS: [(&str, &str); 6] = [
+    ("ext4", "ext4"),
+    ("ext3", "ext4"),
+    ("ext2", "ext4"),
+    ("vfat", "vfat"),
+    ("xfs", "xfs"),
+    ("btrfs", "btrfs"),
+];
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootPlan {
+    /// The disk as named when scheduled: information only, the boot finds
+    /// it by [`BootPlan::identity`].
+    pub disk: PathBuf,
+    pub identity: Identity,
+    /// Every partition as the table held it when the move was scheduled.
+    pub table: Vec<Slot>,
+    pub moves: Vec<Shift>,
+    pub journal: Place,
+    pub generator: Generator,
+    /// The kernel whose initramfs carries the hook.
+    pub kernel: String,
+    /// Seconds since the epoch.
+    pub scheduled: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Slot {
+    pub partition: u32,
+    pub start: u64,
+    pub size: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shift {
+    pub partition: u32,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// The journal's file system.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    pub uuid: String,
+    pub fstype: String,
+    /// Where the running system mounts it (the journals are in DIR under it).
+    pub mountpoint: PathBuf,
+    /// Its device when scheduled (information only).
+    pub device: PathBuf,
+}
+
+/// What the last boot did, kept in the journal directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BootResult {
+    pub state: BootState,
+    pub reason: Option<String>,
+    /// Boots that have run the plan (a power cut makes more than one).
+    pub boots: u32,
+    pub when: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BootState {
+    /// A boot began the moves; a power cut left it so.
+    Moving,
+    Done,
+    /// Nothing was written; the boot went on with the old layout.
+    Refused,
+    /// A move stopped on an error; the boot stopped in the initramfs shell.
+    Stopped,
+    /// Undone from the initramfs shell: later boots leave it.
+    Undone,
+}
+
+/// Where one move of the plan stands, from its journal and the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveState {
+    Scheduled,
+    Unfinished,
+    Done,
+    Undone,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BootError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Json { path: PathBuf, source: serde_json::Error },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> BootError + '_ {
+    move |source| BootError::Io { path: path.to_path_buf(), source }
+}
+
+impl BootPlan {
+    pub fn read(path: &Path) -> Result<BootPlan, BootError> {
+        let text = fs::read(path).map_err(io(path))?;
+        serde_json::from_slice(&text)
+            .map_err(|source| BootError::Json { path: path.into(), source })
+    }
+
+    /// The journal of `partition`'s move in the journal directory `dir`.
+    pub fn journal(dir: &Path, partition: u32) -> PathBuf {
+        dir.join(format!("p{partition}.journal"))
+    }
+
+    /// Where each move stands, judged by its journal in `dir`.
+    pub fn states(&self, dir: &Path) -> Vec<(Shift, MoveState)> {
+        let state = |s: &Shift| match Journal::open(&BootPlan::journal(dir, s.partition)) {
+            Err(_) => MoveState::Scheduled,
+            Ok(j) if j.state.phase == Phase::Done => MoveState::Done,
+            Ok(j) if j.state.phase == Phase::Undone => MoveState::Undone,
+            Ok(_) => MoveState::Unfinished,
+        };
+        self.moves.iter().map(|s| (*s, state(s))).collect()
+    }
+
+    /// Why `layout` is not the table this plan was made for, where a
+    /// partition moved by the plan may be at either of its starts.
+    pub fn table_changed(&self, layout: &Layout) -> Option<String> {
+        if layout.partitions.len() != self.table.len() {
+            return Some(format!(
+                "the disk has {} partitions; it had {} when the move was scheduled",
+                layout.partitions.len(),
+                self.table.len()
+            ));
+        }
+        self.table.iter().find_map(|slot| {
+            let Some(p) = layout.partitions.iter().find(|p| p.number == slot.partition) else {
+                return Some(format!("partition {} is gone", slot.partition));
+            };
+            let moved = self.moves.iter().any(|s| s.partition == p.number && s.to == p.start);
+            (p.size != slot.size || (p.start != slot.start && !moved)).then(|| {
+                format!(
+                    "partition {} is at LBA {} with {} sectors; it was at {} with {} when the \
+                     move was scheduled",
+                    p.number, p.start, p.size, slot.start, slot.size
+                )
+            })
+        })
+    }
+}
+
+impl BootResult {
+    pub fn read(dir: &Path) -> Option<BootResult> {
+        serde_json::from_slice(&fs::read(dir.join(RESULT)).ok()?).ok()
+    }
+
+    /// Write it durably: a temporary file, fsync, rename, fsync the directory.
+    pub fn write(&self, dir: &Path) -> Result<(), BootError> {
+        let path = dir.join(RESULT);
+        let tmp = dir.join(format!("{RESULT}.tmp"));
+        let text = serde_json::to_vec_pretty(self)
+            .map_err(|source| BootError::Json { path: path.clone(), source })?;
+        let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(&text).and_then(|()| f.sync_all()).map_err(io(&tmp))?;
+        fs::rename(&tmp, &path).map_err(io(&path))?;
+        device::exclusive::sync_parent(&path).map_err(io(&path))
+    }
+
+    pub fn remove(dir: &Path) -> Result<(), BootError> {
+        let path = dir.join(RESULT);
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&path)(e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// How a boot's run of the plan ended, short of an error.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ran {
+    Done,
+    /// An unfinished move was put back.
+    Undone,
+    /// Nothing was written.
+    Refused(String),
+}
+
+/// What a boot does with the plan: the move, or (from the initramfs
+/// shell, after a stop) its undo or rescue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Move,
+    Undo,
+    Rescue,
+}
+
+/// Run `plan` with its journals in `dir` (its file system mounted there):
+/// find the disk, resume a move a power cut stopped, check the table is
+/// the one scheduled, then move what is left. An error from a move leaves
+/// its journal for `--undo`, `--rescue` or a rerun.
+pub fn run(
+    root: &SysRoot,
+    plan: &BootPlan,
+    dir: &Path,
+    action: Action,
+    events: &mut dyn Events,
+) -> Result<Ran, SessionError> {
+    let disk = match find_disks(root, &plan.identity).as_slice() {
+        [one] => one.clone(),
+        [] => {
+            return Ok(Ran::Refused(format!(
+                "no attached disk is the one scheduled ({} bytes{}): it was swapped or is gone",
+                plan.identity.size_bytes,
+                plan.identity.serial.as_ref().map(|s| format!(", serial {s}")).unwrap_or_default()
+            )))
+        }
+        many => {
+            let names: Vec<String> = many.iter().map(|p| p.display().to_string()).collect();
+            return Ok(Ran::Refused(format!(
+                "{} disks match the one scheduled ({}): refusing to guess",
+                many.len(),
+                names.join(", ")
+            )));
+        }
+    };
+    let session = Session::open_at_boot(root.clone(), &disk)?.store(Store::new(dir.join("state")));
+    let unfinished = session.unfinished(None)?;
+    let stopped = |outcome| match outcome {
+        Outcome::Stopped(why) => Err(SessionError::Refused(why)),
+        Outcome::Finished => Ok(()),
+    };
+    if action == Action::Undo {
+        let Some(journal) = unfinished else {
+            return Ok(Ran::Refused("there is no unfinished move to undo".into()));
+        };
+        stopped(session.undo(journal, events)?)?;
+        return Ok(Ran::Undone);
+    }
+    if let Some(journal) = unfinished {
+        stopped(session.finish(journal, action == Action::Rescue, events)?)?;
+    }
+    let layout = session.layout()?;
+    if let Some(why) = plan.table_changed(&layout) {
+        return Ok(Ran::Refused(why));
+    }
+    if let Some(n) = session.hibernation_image()? {
+        return Ok(Ran::Refused(format!(
+            "partition {n} holds a hibernation image: the kernel resuming it knows the old layout"
+        )));
+    }
+    for shift in &plan.moves {
+        let here = layout.partitions.iter().find(|p| p.number == shift.partition);
+        if here.is_some_and(|p| p.start == shift.to) {
+            continue;
+        }
+        let opts = Options {
+            to: Some(shift.to),
+            journal: Some(BootPlan::journal(dir, shift.partition)),
+            rescue: action == Action::Rescue,
+            ..Options::default()
+        };
+        stopped(session.move_all(&opts, &[shift.partition], events)?)?;
+    }
+    Ok(Ran::Done)
+}
+
+/// The whole disks whose identity is `id`: same size, and the same serial
+/// and WWN where the plan knows them (a disk that does not say is not the
+/// one that did).
+pub fn find_disks(root: &SysRoot, id: &Identity) -> Vec<PathBuf> {
+    let names = fs::read_dir(root.sys.join("block")).into_iter().flatten().flatten();
+    let mut found = Vec::new();
+    for name in names.map(|e| e.file_name().to_string_lossy().into_owned()) {
+        let path = sysfs::node_path(root, &name);
+        let Ok(opened) = crate::open::open(root, &path, &Overrides::default(), false) else {
+            continue;
+        };
+        let here = device::identity(root, &opened.target, &opened.topology);
+        let known = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        if here.size_bytes == id.size_bytes
+            && known(&id.serial, &here.serial)
+            && known(&id.wwid, &here.wwid)
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// The block device holding the file system whose UUID is `uuid`.
+pub fn find_fs(root: &SysRoot, uuid: &str) -> Option<PathBuf> {
+    let names = fs::read_dir(root.sys.join("class/block")).ok()?.flatten();
+    names.map(|e| e.file_name().to_string_lossy().into_owned()).find_map(|name| {
+        let dir = root.sys.join("class/block").join(&name);
+        let size = sysfs::read_number(&dir.join("size"))?.checked_mul(512)?;
+        let path = root.dev.join(&name);
+        let file = fs::File::open(&path).ok()?;
+        let (_, found) = crate::stack::fs_uuid(&file, 0, size).ok()??;
+        found.eq_ignore_ascii_case(uuid).then_some(path)
+    })
+}
+
+/// Where the journal of a move at boot can live, or why nowhere: a file
+/// system the initramfs can mount (ext*, vfat, XFS, btrfs), mounted
+/// read-write under `sysroot`, on a plain partition or disk (not LVM, LUKS
+/// or md: the initramfs has not assembled them yet) other than those
+/// moved. `explicit` (a mount point) or the first of /boot, /boot/efi,
+/// /efi and then the rest in mount order.
+pub fn choose_place(
+    root: &SysRoot,
+    sysroot: &Path,
+    disk: &str,
+    moved: &[u32],
+    explicit: Option<&Path>,
+) -> Result<Place, String> {
+    let mounts = device::exclusive::mount_table();
+    let judge = |m: &Mount| -> Result<Place, String> {
+        let inside = m.point.strip_prefix(sysroot).map_err(|_| "not under the root".to_string())?;
+        if !JOURNAL_FS.iter().any(|(fs, _)| *fs == m.fstype) {
+            return Err(format!("{} cannot be mounted by the initramfs", m.fstype));
+        }
+        if !m.read_write || m.root != Path::new("/") {
+            return Err("mounted read-only or as a bind mount".into());
+        }
+        let free = rustix::fs::statvfs(&m.point).map(|v| v.f_bavail.saturating_mul(v.f_frsize));
+        if free.is_ok_and(|f| f < JOURNAL_ROOM) {
+            return Err(format!(
+                "it has less than the {} a journal may need (two saved chunks)",
+                crate::units::human_size(JOURNAL_ROOM)
+            ));
+        }
+        let dir = fs::canonicalize(root.sys.join("dev/block").join(&m.dev))
+            .map_err(|_| "not on a block device".to_string())?;
+        let stacked = fs::read_dir(dir.join("slaves")).is_ok_and(|mut e| e.next().is_some());
+        if stacked {
+            return Err(
+                "on a stacked device (LVM, LUKS, md) the initramfs has not set up yet".into()
+            );
+        }
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let parent = dir.parent().and_then(|p| p.file_name()).map(|n| n.to_string_lossy());
+        let on_disk = parent.is_some_and(|p| p == disk);
+        if name == disk
+            || (on_disk && sysfs::partition_number(&dir).is_some_and(|n| moved.contains(&n)))
+        {
+            return Err("on a partition being moved".into());
+        }
+        let device = root.dev.join(&name);
+        let size = sysfs::read_number(&dir.join("size")).and_then(|s| s.checked_mul(512));
+        let file = fs::File::open(&device).map_err(|e| format!("{}: {e}", device.display()))?;
+        let found = size.and_then(|size| crate::stack::fs_uuid(&file, 0, size).ok().flatten());
+        let Some((_, uuid)) = found else {
+            return Err(format!("{} has no file system UUID to find it by", device.display()));
+        };
+        let mountpoint = Path::new("/").join(inside);
+        Ok(Place { uuid, fstype: m.fstype.clone(), mountpoint, device })
+    };
+    if let Some(want) = explicit {
+        let want = fs::canonicalize(want).map_err(|e| format!("{}: {e}", want.display()))?;
+        let m = mounts.iter().rev().find(|m| m.point == want);
+        let m = m.ok_or_else(|| format!("{} is not a mount point", want.display()))?;
+        return judge(m)
+            .map_err(|why| format!("the journal cannot live on {}: {why}", want.display()));
+    }
+    let preferred = ["boot", "boot/efi", "efi"].map(|d| sysroot.join(d));
+    let rank = |m: &&Mount| preferred.iter().position(|p| *p == m.point).unwrap_or(preferred.len());
+    let mut candidates: Vec<&Mount> = mounts.iter().filter(|m| m.point != sysroot).collect();
+    candidates.sort_by_key(rank);
+    candidates.into_iter().find_map(|m| judge(m).ok()).ok_or_else(|| {
+        format!(
+            "no file system under {} can hold the journal: it needs one the initramfs can mount \
+             (ext4, vfat, XFS, btrfs) on a plain partition not being moved, such as a separate \
+             /boot or the ESP; mount one and name it with --journal-on",
+            sysroot.display()
+        )
+    })
+}
+
+/// The kernel module that mounts `fstype`.
+pub fn fs_module(fstype: &str) -> &'static str {
+    JOURNAL_FS.iter().find(|(fs, _)| *fs == fstype).map_or("ext4", |(_, m)| m)
+}
+
+/// Seconds since the epoch.
+pub fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::{self, fixtures::mbr_entry};
+
+    fn plan() -> BootPlan {
+        BootPlan {
+            disk: "/dev/sda".into(),
+            identity: Identity { size_bytes: 1 << 30, serial: None, wwid: None },
+            table: vec![
+                Slot { partition: 1, start: 63, size: 1000 },
+                Slot { partition: 2, start: 4096, size: 2048 },
+            ],
+            moves: vec![Shift { partition: 1, from: 63, to: 2048 }],
+            journal: Place {
+                uuid: "u".into(),
+                fstype: "ext4".into(),
+                mountpoint: "/srv".into(),
+                device: "/dev/sda2".into(),
+            },
+            generator: Generator::InitramfsTools,
+            kernel: "6.1.0".into(),
+            scheduled: 0,
+        }
+    }
+
+    /// An MBR disk of 8192 sectors holding primaries at the given slots.
+    fn layout(parts: &[(u32, u32, u32)]) -> Layout {
+        let mut img = vec![0u8; 8192 * 512];
+        for &(number, start, size) in parts {
+            mbr_entry(&mut img, 0, number as usize - 1, 0x83, start, size);
+        }
+        img[510..512].copy_from_slice(&[0x55, 0xAA]);
+        table::read(&img, 512, img.len() as u64).unwrap()
+    }
+
+    #[test]
+    fn the_table_must_be_the_one_scheduled_or_already_moved() {
+        let plan = plan();
+        assert_eq!(plan.table_changed(&layout(&[(1, 63, 1000), (2, 4096, 2048)])), None);
+        assert_eq!(plan.table_changed(&layout(&[(1, 2048, 1000), (2, 4096, 2048)])), None);
+        for changed in [
+            layout(&[(1, 64, 1000), (2, 4096, 2048)]),
+            layout(&[(1, 63, 1001), (2, 4096, 2048)]),
+            layout(&[(1, 63, 1000), (2, 2048, 2048)]),
+            layout(&[(1, 63, 1000)]),
+            layout(&[(1, 63, 1000), (3, 4096, 2048)]),
+        ] {
+            assert!(plan.table_changed(&changed).is_some(), "{:?}", changed.partitions);
+        }
+    }
+
+    #[test]
+    fn a_result_is_written_whole_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(BootResult::read(dir.path()), None);
+        let r =
+            BootResult { state: BootState::Refused, reason: Some("x".into()), boots: 2, when: 5 };
+        r.write(dir.path()).unwrap();
+        assert_eq!(BootResult::read(dir.path()), Some(r));
+        BootResult::remove(dir.path()).unwrap();
+        BootResult::remove(dir.path()).unwrap();
+        assert_eq!(BootResult::read(dir.path()), None);
+    }
+
+    #[test]
+    fn a_move_without_a_journal_is_scheduled() {
+        let dir = tempfile::tempdir().unwrap();
+        let states = plan().states(dir.path());
+        assert_eq!(
+            states,
+            vec![(Shift { partition: 1, from: 63, to: 2048 }, MoveState::Scheduled)]
+        );
+    }
+}
