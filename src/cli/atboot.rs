@@ -140,13 +140,18 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
     let hook = Hook { binary: &binary, plan: &plan_path, modules: &modules };
     let installed = initramfs::install(&sysroot, &hook)
         .map_err(anyhow::Error::from)
-        .and_then(|()| Ok(initramfs::rebuild(&sysroot, &plan.kernel)?));
+        .and_then(|()| Ok(initramfs::rebuild(&sysroot, &plan.kernel)?))
+        // The new initramfs may live on the journal's file system (/boot).
+        .and_then(|c| boot::room_for_journal(&dir).map(|()| c).map_err(anyhow::Error::msg));
     let command = match installed {
         Ok(c) => c,
         Err(e) => {
             initramfs::remove(&sysroot)?;
             fs::remove_file(&plan_path).ok();
-            return Err(e.context("nothing is scheduled"));
+            initramfs::rebuild(&sysroot, &plan.kernel)?;
+            return Err(
+                e.context("nothing is scheduled (the initramfs is rebuilt without the hook)")
+            );
         }
     };
     let unit = install_unit(&sysroot, &binary)?;

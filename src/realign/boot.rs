@@ -345,13 +345,7 @@ pub fn choose_place(
         if !m.read_write || m.root != Path::new("/") {
             return Err("mounted read-only or as a bind mount".into());
         }
-        let free = rustix::fs::statvfs(&m.point).map(|v| v.f_bavail.saturating_mul(v.f_frsize));
-        if free.is_ok_and(|f| f < JOURNAL_ROOM) {
-            return Err(format!(
-                "it has less than the {} a journal may need (two saved chunks)",
-                crate::units::human_size(JOURNAL_ROOM)
-            ));
-        }
+        room_for_journal(&m.point)?;
         let dir = fs::canonicalize(root.sys.join("dev/block").join(&m.dev))
             .map_err(|_| "not on a block device".to_string())?;
         let stacked = fs::read_dir(dir.join("slaves")).is_ok_and(|mut e| e.next().is_some());
@@ -397,6 +391,20 @@ pub fn choose_place(
             sysroot.display()
         )
     })
+}
+
+/// Whether the file system of `dir` has the room a journal may need.
+pub fn room_for_journal(dir: &Path) -> Result<(), String> {
+    let free = rustix::fs::statvfs(dir).map(|v| v.f_bavail.saturating_mul(v.f_frsize));
+    match free {
+        Ok(f) if f < JOURNAL_ROOM => Err(format!(
+            "{} has {} free, less than the {} a journal may need (two saved chunks)",
+            dir.display(),
+            crate::units::human_size(f),
+            crate::units::human_size(JOURNAL_ROOM)
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The kernel module that mounts `fstype`.
