@@ -6,7 +6,7 @@
 use super::realign::{open_session, options, Args};
 use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
-use blkalign::device::SysRoot;
+use blkalign::device::{SysRoot, TargetKind};
 use blkalign::realign::boot::{
     self, Action, BootPlan, BootResult, BootState, MoveState, Ran, Shift, Slot,
 };
@@ -49,6 +49,14 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
     let sysroot = sysroot(args);
     let store = store(&sysroot);
     let session = open_session(root.clone(), path, args)?;
+    if session.target().kind != TargetKind::Disk {
+        bail!(
+            "{} is not a disk of this system: a move at boot is for the disks a system runs \
+             from; an image or an unused disk is moved now with `blkalign realign {} --yes`",
+            path.display(),
+            path.display()
+        );
+    }
     let wanted = session.wanted(&args.partitions)?;
     if wanted.is_empty() {
         eprintln!("nothing to move: no partition's data is off a physical sector boundary");
