@@ -2,7 +2,6 @@
 //! library.
 
 mod advise;
-mod atboot;
 mod audit;
 mod bench;
 mod demo;

@@ -1,6 +1,8 @@
 //! `blkalign realign`: move misaligned partitions to aligned starts in
 //! place. A dry run unless --yes; rerun after any interruption to finish.
 
+mod atboot;
+
 use super::{GeometryArgs, EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
 use blkalign::device::SysRoot;
@@ -146,14 +148,14 @@ pub struct Args {
 
 pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if let Some(plan) = &args.at_boot_run {
-        return super::atboot::run_in_initramfs(plan, &args, root);
+        return atboot::run_in_initramfs(plan, &args, root);
     }
     if args.at_boot {
         return match (&args.target, args.cancel, args.finish) {
-            (_, true, _) => super::atboot::cancel(&args),
-            (_, _, true) => super::atboot::finish(&args),
-            (Some(path), _, _) => super::atboot::schedule(&args, root, path),
-            (None, _, _) => super::atboot::status(&args),
+            (_, true, _) => atboot::cancel(&args),
+            (_, _, true) => atboot::finish(&args),
+            (Some(path), _, _) => atboot::schedule(&args, root, path),
+            (None, _, _) => atboot::status(&args),
         };
     }
     if let Some(journal) = &args.status {
@@ -171,7 +173,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     }
     let session = open_session(root, path, &args)?;
     if args.yes {
-        super::atboot::check_not_scheduled(&session, &args)?;
+        atboot::check_not_scheduled(&session, &args)?;
     }
     let mut events = Terminal::new(args.json);
     let mut resumed = None;

@@ -3,8 +3,8 @@
 //! cancelling and finishing run on the installed system; `--at-boot-run`
 //! is what the initramfs runs.
 
-use super::realign::{open_session, options, Args};
-use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
+use super::{open_session, options, Args};
+use crate::cli::{emit, EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
 use blkalign::device::{SysRoot, TargetKind};
 use blkalign::realign::boot::{
@@ -74,7 +74,7 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
         ..options(args)?
     };
     let planned = session.plan(&opts, &wanted)?;
-    super::emit(&planned.iter().map(|m| m.describe(path)).collect::<String>())?;
+    emit(&planned.iter().map(|m| m.describe(path)).collect::<String>())?;
     if planned.iter().any(|m| m.refused.is_some()) {
         eprintln!("refused: nothing scheduled");
         return Ok(EXIT_ERROR);
@@ -164,7 +164,7 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
     };
     let unit = install_unit(&sysroot, &binary)?;
     eprintln!("rebuilt the initramfs: {command}");
-    super::emit(&format!(
+    emit(&format!(
         "scheduled: {} at the next boot of kernel {}. {}\n",
         describe_moves(&plan.moves),
         plan.kernel,
@@ -287,7 +287,7 @@ pub fn status(args: &Args) -> anyhow::Result<u8> {
             if r.boots == 1 { "" } else { "s" }
         ),
     };
-    super::emit(&text)?;
+    emit(&text)?;
     let all_done = states.iter().all(|(_, s)| *s == MoveState::Done);
     Ok(if all_done { EXIT_OK } else { EXIT_PROBLEM })
 }
@@ -302,18 +302,35 @@ fn state_word(s: BootState) -> &'static str {
     }
 }
 
-/// `realign --at-boot --finish`: after the boot, report what it did and,
-/// once nothing is left for a boot to do, take the hook out again.
-pub fn finish(args: &Args) -> anyhow::Result<u8> {
+/// The move scheduled for boot on the system of `args`, with where its
+/// plan and journals are; None (said) when there is none.
+struct Scheduled {
+    sysroot: PathBuf,
+    store: Store,
+    plan_path: PathBuf,
+    plan: BootPlan,
+    dir: PathBuf,
+}
+
+fn scheduled(args: &Args) -> anyhow::Result<Option<Scheduled>> {
     let sysroot = sysroot(args);
     let store = store(&sysroot);
     let plan_path = store.boot_plan();
     if !plan_path.exists() {
-        eprintln!("no move is scheduled for boot: nothing to finish");
-        return Ok(EXIT_OK);
+        eprintln!("no move is scheduled for boot: nothing to do");
+        return Ok(None);
     }
     let plan = BootPlan::read(&plan_path)?;
     let dir = journal_dir(&sysroot, &plan);
+    Ok(Some(Scheduled { sysroot, store, plan_path, plan, dir }))
+}
+
+/// `realign --at-boot --finish`: after the boot, report what it did and,
+/// once nothing is left for a boot to do, take the hook out again.
+pub fn finish(args: &Args) -> anyhow::Result<u8> {
+    let Some(Scheduled { sysroot, store, plan_path, plan, dir }) = scheduled(args)? else {
+        return Ok(EXIT_OK);
+    };
     let states = plan.states(&dir);
     let result = BootResult::read(&dir);
     if let Some((s, _)) = states.iter().find(|(_, st)| *st == MoveState::Unfinished) {
@@ -343,7 +360,7 @@ pub fn finish(args: &Args) -> anyhow::Result<u8> {
         .with_context(|| format!("renaming {}", plan_path.display()))?;
     eprintln!("took the hook out and rebuilt the initramfs: {command}");
     if let Some(r) = refused {
-        super::emit(&match r.state {
+        emit(&match r.state {
             BootState::Undone => "the move at boot was undone: the partition is as it was\n".into(),
             _ => format!(
                 "the move at boot was refused and nothing was written: {}\n",
@@ -352,21 +369,15 @@ pub fn finish(args: &Args) -> anyhow::Result<u8> {
         })?;
         return Ok(EXIT_PROBLEM);
     }
-    super::emit(&format!("moved at boot: {}\n", describe_moves(&plan.moves)))?;
+    emit(&format!("moved at boot: {}\n", describe_moves(&plan.moves)))?;
     Ok(EXIT_OK)
 }
 
 /// `realign --at-boot --cancel`: take back a move no boot has begun.
 pub fn cancel(args: &Args) -> anyhow::Result<u8> {
-    let sysroot = sysroot(args);
-    let store = store(&sysroot);
-    let plan_path = store.boot_plan();
-    if !plan_path.exists() {
-        eprintln!("no move is scheduled for boot");
+    let Some(Scheduled { sysroot, plan_path, plan, dir, .. }) = scheduled(args)? else {
         return Ok(EXIT_OK);
-    }
-    let plan = BootPlan::read(&plan_path)?;
-    let dir = journal_dir(&sysroot, &plan);
+    };
     if let Some((s, st)) = plan.states(&dir).into_iter().find(|(_, st)| *st != MoveState::Scheduled)
     {
         bail!(
@@ -388,7 +399,7 @@ pub fn cancel(args: &Args) -> anyhow::Result<u8> {
     remove_unit(&sysroot);
     fs::remove_file(&plan_path).with_context(|| format!("removing {}", plan_path.display()))?;
     eprintln!("rebuilt the initramfs: {command}");
-    super::emit(&format!("cancelled: {}\n", describe_moves(&plan.moves)))?;
+    emit(&format!("cancelled: {}\n", describe_moves(&plan.moves)))?;
     Ok(EXIT_OK)
 }
 
