@@ -247,20 +247,39 @@ pub fn run(
         }
     };
     let session = Session::open_at_boot(root.clone(), &disk)?.store(Store::new(dir.join("state")));
-    let unfinished = session.unfinished(None)?;
-    let stopped = |outcome| match outcome {
-        Outcome::Stopped(why) => Err(SessionError::Refused(why)),
-        Outcome::Finished => Ok(()),
+    let name = session.target().name.clone().unwrap_or_default();
+    let moving: Vec<u32> = plan.moves.iter().map(|s| s.partition).collect();
+    let released = match release_mappings(root, &name, &moving) {
+        Ok(r) => r,
+        Err(why) => return Ok(Ran::Refused(why)),
     };
+    let ran = resume_and_move(&session, plan, dir, action, events);
+    if released {
+        // As udev's rules would have: the mappings come back over the new place.
+        run_quietly("lvm", &["vgchange", "-aay", "--sysinit"]);
+        run_quietly("udevadm", &["settle"]);
+    }
+    ran
+}
+
+/// Resume (or undo) an unfinished move, then make the rest of the plan's.
+fn resume_and_move(
+    session: &Session,
+    plan: &BootPlan,
+    dir: &Path,
+    action: Action,
+    events: &mut dyn Events,
+) -> Result<Ran, SessionError> {
+    let unfinished = session.unfinished(None)?;
     if action == Action::Undo {
         let Some(journal) = unfinished else {
             return Ok(Ran::Refused("there is no unfinished move to undo".into()));
         };
-        stopped(session.undo(journal, events)?)?;
+        ended(session.undo(journal, events)?)?;
         return Ok(Ran::Undone);
     }
     if let Some(journal) = unfinished {
-        stopped(session.finish(journal, action == Action::Rescue, events)?)?;
+        ended(session.finish(journal, action == Action::Rescue, events)?)?;
     }
     let layout = session.layout()?;
     if let Some(why) = plan.table_changed(&layout) {
@@ -282,9 +301,55 @@ pub fn run(
             rescue: action == Action::Rescue,
             ..Options::default()
         };
-        stopped(session.move_all(&opts, &[shift.partition], events)?)?;
+        ended(session.move_all(&opts, &[shift.partition], events)?)?;
     }
     Ok(Ran::Done)
+}
+
+/// udev's LVM rules activate a volume group as soon as its PVs appear, in
+/// the initramfs too, before init-premount: the mappings on a partition to
+/// move, unused yet (nothing is mounted before root), are removed with
+/// `dmsetup remove` (which refuses one that is open). True if there were any.
+fn release_mappings(root: &SysRoot, disk: &str, partitions: &[u32]) -> Result<bool, String> {
+    let mut released = false;
+    for part in sysfs::partition_dirs(&root.block(disk)) {
+        if !sysfs::partition_number(&part).is_some_and(|n| partitions.contains(&n)) {
+            continue;
+        }
+        let holders = fs::read_dir(part.join("holders")).into_iter().flatten().flatten();
+        for holder in holders.map(|h| root.sys.join("class/block").join(h.file_name())) {
+            let Some(name) = sysfs::read_text(&holder.join("dm/name")) else {
+                return Err(format!(
+                    "partition is held by {} (not device-mapper)",
+                    holder.display()
+                ));
+            };
+            let out = std::process::Command::new("dmsetup").args(["remove", &name]).output();
+            match out {
+                Ok(o) if o.status.success() => released = true,
+                Ok(o) => {
+                    return Err(format!(
+                        "the mapping {name} on the partition could not be removed: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    ))
+                }
+                Err(e) => return Err(format!("the partition is held by {name}; dmsetup: {e}")),
+            }
+        }
+    }
+    Ok(released)
+}
+
+/// A move a stop request ended early, as an error: at boot nothing asks.
+fn ended(outcome: Outcome) -> Result<(), SessionError> {
+    match outcome {
+        Outcome::Stopped(why) => Err(SessionError::Refused(why)),
+        Outcome::Finished => Ok(()),
+    }
+}
+
+fn run_quietly(program: &str, args: &[&str]) {
+    let _ = std::process::Command::new(program).args(args).output();
 }
 
 /// The whole disks whose identity is `id`: same size, and the same serial
