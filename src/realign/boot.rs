@@ -48,6 +48,10 @@ pub struct BootPlan {
     pub generator: Generator,
     /// The kernel whose initramfs carries the hook.
     pub kernel: String,
+    /// GRUB boots from the journal's directory until the move is finished
+    /// (/boot is on a partition moved: see [`super::grub`]).
+    #[serde(default)]
+    pub grub_redirect: bool,
     /// Seconds since the epoch.
     pub scheduled: u64,
 }
@@ -472,6 +476,20 @@ pub fn room_for_journal(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Whether SYSROOT/boot lives on one of the partitions `moved` of `disk`.
+pub fn boot_moves(root: &SysRoot, sysroot: &Path, disk: &str, moved: &[u32]) -> bool {
+    let boot = sysroot.join("boot");
+    let mounts = device::exclusive::mount_table();
+    let holder = mounts
+        .iter()
+        .filter(|m| boot.starts_with(&m.point))
+        .max_by_key(|m| m.point.as_os_str().len());
+    let Some(m) = holder else { return false };
+    let Ok(dir) = fs::canonicalize(root.sys.join("dev/block").join(&m.dev)) else { return false };
+    let on_disk = dir.parent().and_then(|p| p.file_name()).is_some_and(|n| n == disk);
+    on_disk && sysfs::partition_number(&dir).is_some_and(|n| moved.contains(&n))
+}
+
 /// The kernel module that mounts `fstype`.
 pub fn fs_module(fstype: &str) -> &'static str {
     JOURNAL_FS.iter().find(|(fs, _)| *fs == fstype).map_or("ext4", |(_, m)| m)
@@ -504,6 +522,7 @@ mod tests {
             },
             generator: Generator::InitramfsTools,
             kernel: "6.1.0".into(),
+            grub_redirect: false,
             scheduled: 0,
         }
     }

@@ -120,7 +120,7 @@ EOF
 # --- build ------------------------------------------------------------------
 
 cmd_build() {
-  local img="" layout="" size=256 ver files=32 compress=${BOOTDISK_COMPRESS:-zstd}
+  local img="" layout="" size=320 ver files=32 compress=${BOOTDISK_COMPRESS:-zstd}
   ver=$(uname -r)
   [ -e "/boot/vmlinuz-$ver" ] || ver=$(find /boot -maxdepth 1 -name 'vmlinuz-*' -printf '%f\n' | sed 's/^vmlinuz-//' | sort -V | tail -n1)
   while [ $# -gt 0 ]; do
@@ -146,8 +146,10 @@ cmd_build() {
   [ -z "$(losetup -j "$img" 2>/dev/null)" ] || die "$img is attached to a loop device"
 
   local t0=$SECONDS
-  # Sectors. The journal fs (32 MiB) ends 1 MiB before the disk's end.
-  local total=$((size * 2048)) jsize=$((32 * 2048))
+  # Sectors. The journal fs (96 MiB: two 16 MiB chunks a move at boot may
+  # save, and GRUB with a kernel and an initramfs while /boot moves) ends
+  # 1 MiB before the disk's end.
+  local total=$((size * 2048)) jsize=$((96 * 2048))
   local jstart=$((total - 2048 - jsize))
   local rstart rsize bstart=63 bsize=$((48 * 2048)) table root_part boot_part journal_part
   if [ "$layout" = plain ]; then

@@ -95,6 +95,12 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
              first"
         );
     }
+    let moved: Vec<u32> = moves.iter().map(|s| s.partition).collect();
+    let grub_redirect = boot::boot_moves(&root, &sysroot, &disk, &moved);
+    let cmdline = match grub_redirect {
+        true => Some(grub_for_the_move(path, &sysroot)?),
+        false => None,
+    };
     let generator = initramfs::detect(&sysroot)?;
     let kernel = match &args.kernel {
         Some(k) => k.clone(),
@@ -113,8 +119,10 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
         journal: place,
         generator,
         kernel,
+        grub_redirect,
         scheduled: boot::now(),
     };
+    let gpt = layout.label == blkalign::table::Label::Gpt;
     let dir = journal_dir(&sysroot, &plan);
     eprintln!(
         "at the next boot of kernel {}, initramfs-tools' init-premount (after udev has found the \
@@ -129,6 +137,15 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
         plan.journal.device.display(),
         plan.journal.uuid
     );
+    if plan.grub_redirect {
+        eprintln!(
+            "/boot is on a partition that moves: until the move is finished GRUB is installed \
+             onto {} (`grub-install --boot-directory`) with copies of the kernel and the \
+             initramfs, so that a power cut mid-move still boots; --finish installs it back to \
+             /boot",
+            dir.display()
+        );
+    }
     if !args.yes {
         eprintln!("dry run: nothing scheduled; add --yes to schedule it and rebuild the initramfs");
         return Ok(EXIT_OK);
@@ -144,22 +161,15 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
     BootResult::remove(&dir)?;
     write_plan(&plan_path, &plan)?;
     let binary = std::env::current_exe().context("finding the blkalign binary")?;
-    let modules = [boot::fs_module(&plan.journal.fstype)];
-    let hook = Hook { binary: &binary, plan: &plan_path, modules: &modules };
-    let installed = initramfs::install(&sysroot, &hook)
-        .map_err(anyhow::Error::from)
-        .and_then(|()| Ok(initramfs::rebuild(&sysroot, &plan.kernel)?))
-        // The new initramfs may live on the journal's file system (/boot).
-        .and_then(|c| boot::room_for_journal(&dir).map(|()| c).map_err(anyhow::Error::msg));
-    let command = match installed {
+    let setup =
+        Setup { sysroot: &sysroot, plan: &plan, plan_path: &plan_path, dir: &dir, disk: path };
+    let command = match setup.install(&binary, cmdline.as_deref(), gpt) {
         Ok(c) => c,
         Err(e) => {
-            initramfs::remove(&sysroot)?;
-            fs::remove_file(&plan_path).ok();
-            initramfs::rebuild(&sysroot, &plan.kernel)?;
-            return Err(
-                e.context("nothing is scheduled (the initramfs is rebuilt without the hook)")
-            );
+            setup.undo()?;
+            return Err(e.context(
+                "nothing is scheduled (the initramfs is rebuilt without the hook, GRUB as it was)",
+            ));
         }
     };
     let unit = install_unit(&sysroot, &binary)?;
@@ -179,6 +189,72 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
         }
     ))?;
     Ok(EXIT_OK)
+}
+
+/// GRUB for BIOS in the MBR, which a move can redirect, and the command
+/// line it boots with; else why a move of /boot cannot be made safe.
+fn grub_for_the_move(disk: &Path, sysroot: &Path) -> anyhow::Result<String> {
+    let mut mbr = [0u8; 512];
+    fs::File::open(disk)
+        .and_then(|f| std::os::unix::fs::FileExt::read_exact_at(&f, &mut mbr, 0))
+        .with_context(|| format!("reading {}", disk.display()))?;
+    if !blkalign::realign::grub::in_mbr(&mbr) {
+        bail!(
+            "/boot is on a partition that moves, and the boot loader is not GRUB for BIOS in the \
+             MBR (UEFI, or another loader): a power cut mid-move would leave it unable to load \
+             the kernel. Put /boot (or a copy) on another partition first"
+        );
+    }
+    blkalign::realign::grub::cmdline(sysroot).context(
+        "no kernel command line found in /boot/grub/grub.cfg: needed to boot from the journal's \
+         file system during the move",
+    )
+}
+
+/// What `--at-boot --yes` sets up on the installed system, and takes back.
+struct Setup<'a> {
+    sysroot: &'a Path,
+    plan: &'a BootPlan,
+    plan_path: &'a Path,
+    dir: &'a Path,
+    disk: &'a Path,
+}
+
+impl Setup<'_> {
+    /// The hook, the rebuilt initramfs, GRUB on the journal's file system
+    /// where /boot moves; then the room left for the journal.
+    fn install(&self, binary: &Path, cmdline: Option<&str>, gpt: bool) -> anyhow::Result<String> {
+        let modules = [boot::fs_module(&self.plan.journal.fstype)];
+        let hook = Hook { binary, plan: self.plan_path, modules: &modules };
+        initramfs::install(self.sysroot, &hook)?;
+        let command = initramfs::rebuild(self.sysroot, &self.plan.kernel)?;
+        if let Some(cmdline) = cmdline {
+            let grub = blkalign::realign::grub::redirect(&blkalign::realign::grub::Redirect {
+                sysroot: self.sysroot,
+                disk: self.disk,
+                dir: self.dir,
+                uuid: &self.plan.journal.uuid,
+                fstype: &self.plan.journal.fstype,
+                gpt,
+                kernel: &self.plan.kernel,
+                cmdline,
+            })?;
+            eprintln!("installed GRUB for the move: {grub}");
+        }
+        boot::room_for_journal(self.dir).map_err(anyhow::Error::msg)?;
+        Ok(command)
+    }
+
+    /// Everything `install` may have done, taken back.
+    fn undo(&self) -> anyhow::Result<()> {
+        if self.plan.grub_redirect {
+            blkalign::realign::grub::restore(self.sysroot, self.disk, self.dir, &self.plan.kernel)?;
+        }
+        initramfs::remove(self.sysroot)?;
+        fs::remove_file(self.plan_path).ok();
+        initramfs::rebuild(self.sysroot, &self.plan.kernel)?;
+        Ok(())
+    }
 }
 
 fn describe_moves(moves: &[Shift]) -> String {
@@ -327,7 +403,7 @@ fn scheduled(args: &Args) -> anyhow::Result<Option<Scheduled>> {
 
 /// `realign --at-boot --finish`: after the boot, report what it did and,
 /// once nothing is left for a boot to do, take the hook out again.
-pub fn finish(args: &Args) -> anyhow::Result<u8> {
+pub fn finish(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
     let Some(Scheduled { sysroot, store, plan_path, plan, dir }) = scheduled(args)? else {
         return Ok(EXIT_OK);
     };
@@ -355,6 +431,7 @@ pub fn finish(args: &Args) -> anyhow::Result<u8> {
     }
     initramfs::remove(&sysroot)?;
     let command = initramfs::rebuild(&sysroot, &plan.kernel)?;
+    restore_grub(&root, &sysroot, &plan, &dir)?;
     remove_unit(&sysroot);
     fs::rename(&plan_path, store.last_boot_plan())
         .with_context(|| format!("renaming {}", plan_path.display()))?;
@@ -373,8 +450,28 @@ pub fn finish(args: &Args) -> anyhow::Result<u8> {
     Ok(EXIT_OK)
 }
 
+/// GRUB back to /boot, where the plan had it boot from the journal's
+/// directory.
+fn restore_grub(root: &SysRoot, sysroot: &Path, plan: &BootPlan, dir: &Path) -> anyhow::Result<()> {
+    if !plan.grub_redirect {
+        return Ok(());
+    }
+    let [disk] =
+        boot::find_disks(root, &plan.identity).try_into().map_err(|found: Vec<PathBuf>| {
+            anyhow::anyhow!(
+                "{} disks are the one the move was scheduled on: GRUB still boots from {} until \
+             this runs with that disk attached",
+                found.len(),
+                dir.display()
+            )
+        })?;
+    let command = blkalign::realign::grub::restore(sysroot, &disk, dir, &plan.kernel)?;
+    eprintln!("installed GRUB back to /boot: {command}");
+    Ok(())
+}
+
 /// `realign --at-boot --cancel`: take back a move no boot has begun.
-pub fn cancel(args: &Args) -> anyhow::Result<u8> {
+pub fn cancel(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
     let Some(Scheduled { sysroot, plan_path, plan, dir, .. }) = scheduled(args)? else {
         return Ok(EXIT_OK);
     };
@@ -396,6 +493,7 @@ pub fn cancel(args: &Args) -> anyhow::Result<u8> {
     }
     initramfs::remove(&sysroot)?;
     let command = initramfs::rebuild(&sysroot, &plan.kernel)?;
+    restore_grub(&root, &sysroot, &plan, &dir)?;
     remove_unit(&sysroot);
     fs::remove_file(&plan_path).with_context(|| format!("removing {}", plan_path.display()))?;
     eprintln!("rebuilt the initramfs: {command}");
@@ -520,12 +618,14 @@ fn wait_for<T>(mut find: impl FnMut() -> Option<T>) -> Option<T> {
     }
 }
 
-/// Progress for the console: a line every tenth, no terminal tricks.
+/// Progress for the console: a line every tenth, no terminal tricks; the
+/// read check's and the move's told apart.
 #[derive(Default)]
 struct Console {
     total: u64,
     done: u64,
     said: u64,
+    checking: bool,
 }
 
 impl Events for Console {
@@ -546,16 +646,22 @@ impl Events for Console {
         let tenth = self.done.saturating_mul(10).checked_div(self.total).unwrap_or(10);
         if tenth > self.said {
             self.said = tenth;
-            eprintln!("blkalign: {}% of {}", tenth * 10, human_size(self.total));
+            let what = if self.checking { "read check" } else { "moved" };
+            eprintln!("blkalign: {what} {}% of {}", tenth * 10, human_size(self.total));
         }
     }
 
     fn note(&mut self, text: &str) {
+        if text.starts_with("reading every sector") {
+            self.checking = true;
+        } else if text.starts_with("read check:") {
+            self.checking = false;
+        }
         eprintln!("blkalign: {text}");
     }
 
     fn finished(&mut self, done: &Done) {
-        eprint!("{}", done.describe());
+        eprint!("blkalign: {}", done.describe());
     }
 }
 

@@ -152,8 +152,8 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     }
     if args.at_boot {
         return match (&args.target, args.cancel, args.finish) {
-            (_, true, _) => atboot::cancel(&args),
-            (_, _, true) => atboot::finish(&args),
+            (_, true, _) => atboot::cancel(&args, root),
+            (_, _, true) => atboot::finish(&args, root),
             (Some(path), _, _) => atboot::schedule(&args, root, path),
             (None, _, _) => atboot::status(&args),
         };
