@@ -260,6 +260,11 @@ fn a_root_at_lba_63_is_moved_at_boot_through_power_cuts() {
             boot_through(&disk, std::slice::from_ref(cut));
             disk.check_peers();
         }
+        eprintln!(
+            "sweep: {} power cuts, each followed by a boot: every one finished the move, booted \
+             with root at LBA 2048 and every SHA-256 equal, e2fsck, sfdisk --verify and audit clean",
+            cuts.len()
+        );
         return;
     }
     let disk = Disk::build("plain");

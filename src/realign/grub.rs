@@ -6,7 +6,7 @@
 //! initramfs that carries the move; once the move is finished, GRUB is
 //! installed back to /boot.
 
-use super::initramfs::InitramfsError;
+use super::initramfs::{run, InitramfsError};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -128,18 +128,6 @@ pub fn restore(
     }
     if grub.exists() {
         fs::remove_dir_all(&grub).map_err(io(&grub))?;
-    }
-    Ok(command)
-}
-
-fn run(mut cmd: Command) -> Result<String, InitramfsError> {
-    let command = format!("{cmd:?}").replace('"', "");
-    let out = cmd
-        .output()
-        .map_err(|e| InitramfsError::Rebuild { command: command.clone(), status: e.to_string() })?;
-    if !out.status.success() {
-        let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        return Err(InitramfsError::Rebuild { command, status: format!("{}: {why}", out.status) });
     }
     Ok(command)
 }

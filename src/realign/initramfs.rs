@@ -31,7 +31,7 @@ pub enum InitramfsError {
     NoKernel(PathBuf),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("`{command}` failed ({status}): the initramfs is as it was")]
+    #[error("`{command}` failed ({status})")]
     Rebuild { command: String, status: String },
 }
 
@@ -139,7 +139,7 @@ pub fn installed(sysroot: &Path) -> bool {
 /// running system; for another root, the same generator on that root's
 /// configuration (`mkinitramfs -d`), written to its /boot.
 pub fn rebuild(sysroot: &Path, kernel: &str) -> Result<String, InitramfsError> {
-    let mut cmd = if sysroot == Path::new("/") {
+    let cmd = if sysroot == Path::new("/") {
         let mut c = Command::new("update-initramfs");
         c.args(["-u", "-k", kernel]);
         c
@@ -150,12 +150,18 @@ pub fn rebuild(sysroot: &Path, kernel: &str) -> Result<String, InitramfsError> {
         c.arg(kernel);
         c
     };
+    run(cmd)
+}
+
+/// Run a tool: the command as run, or its exit status and message.
+pub(crate) fn run(mut cmd: Command) -> Result<String, InitramfsError> {
     let command = format!("{cmd:?}").replace('"', "");
-    let status = cmd
-        .status()
+    let out = cmd
+        .output()
         .map_err(|e| InitramfsError::Rebuild { command: command.clone(), status: e.to_string() })?;
-    if !status.success() {
-        return Err(InitramfsError::Rebuild { command, status: status.to_string() });
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        return Err(InitramfsError::Rebuild { command, status: format!("{}: {why}", out.status) });
     }
     Ok(command)
 }
