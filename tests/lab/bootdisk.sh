@@ -2,7 +2,7 @@
 # Boot lab: a real BIOS-bootable disk image (MBR, GRUB 2 i386-pc, the host's
 # Debian kernel and an initramfs made by the real mkinitramfs from a
 # configuration inside the image), booted in QEMU through SeaBIOS and GRUB,
-# with power cuts. See docs/boot-lab-notes.md. Runs as root.
+# with power cuts. See docs/boot-lab.md. Runs as root.
 #
 #   bootdisk.sh build IMG --layout plain|bootpart [--size MiB] [--kernel VER]
 #                         [--files N] [--compress gzip|lz4|zstd]
