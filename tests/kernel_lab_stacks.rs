@@ -787,3 +787,40 @@ fn assert_journal_clean(result: &Value) {
     assert!((0..64 << 10).contains(&bytes), "journal of {bytes} bytes: {result}");
     assert_eq!(result["journal_has_marker"], false, "user bytes in the journal: {result}");
 }
+
+/// A move at boot with the root on LVM on the partition moved, as the
+/// initramfs makes it (`--at-boot-run`) after udev's LVM rules activated
+/// the volume group: with the LV mounted it is refused and the disk is
+/// unchanged; unmounted, the mapping is removed, the partition moved from
+/// 63 to 2048 and the group activated again over it: the file intact,
+/// e2fsck clean, the kernel's alignment_offset of the LV 0 and the audit
+/// clean (tests/lab/atboot.sh).
+#[test]
+fn a_move_at_boot_moves_a_partition_under_an_active_volume_group() {
+    if !lab::ready() || !common::needs(true, &["pvcreate", "mkfs.ext4", "jq"]) {
+        return;
+    }
+    let dir = lab::Dir::new();
+    let image = dir.image("b1.img", 200 << 20);
+    let disks = [format!("scsi:512:512:{}:b1", image.display())];
+    lab::run(&dir, &disks, "atboot.sh", &[dir.rw().display().to_string(), "b1".into()]);
+    let rw = dir.rw();
+    let text = |name: &str| text_of(&rw, name);
+    assert_eq!(text("pe_start.txt").trim(), (1u64 << 20).to_string(), "the PV's data is off too");
+    let refused = json_of(&rw, "refused.json");
+    assert_eq!(
+        (refused["exit"].as_i64(), refused["unchanged"].as_bool()),
+        (Some(1), Some(true)),
+        "{}",
+        text("refused.err")
+    );
+    assert!(text("refused.err").contains("refused, nothing written"), "{}", text("refused.err"));
+    let moved = json_of(&rw, "moved.json");
+    let said = format!("{}{}", text("moved.out"), text("moved.err"));
+    assert_eq!(moved["exit"], 0, "{said}");
+    assert_eq!(moved["start"], 2048, "{said}");
+    assert_eq!(moved["active"], true, "the group is active again: {said}");
+    assert_eq!((moved["fsck"].as_i64(), moved["file_intact"].as_bool()), (Some(0), Some(true)));
+    assert_eq!(moved["alignment_offset"], 0, "{moved}");
+    assert_eq!(moved["audit"], 0, "{}", text("audit.out"));
+}
