@@ -15,8 +15,17 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-const TOOLS: &[&str] =
-    &["sfdisk", "partx", "mkfs.ext4", "blkid", "e2fsck", "mkinitramfs", "lsinitramfs", "parted"];
+const TOOLS: &[&str] = &[
+    "sfdisk",
+    "partx",
+    "mkfs.ext4",
+    "blkid",
+    "e2fsck",
+    "mkinitramfs",
+    "lsinitramfs",
+    "parted",
+    "systemd-analyze",
+];
 /// Where --at-boot-run mounts the journal's file system.
 const BOOT_MOUNT: &str = "/run/blkalign-journal";
 
@@ -61,7 +70,7 @@ impl System {
         let mut system =
             System { _image: image, disk, root_dir, files: Vec::new(), kernel: kernel.clone() };
         let (root, _boot_fs) = system.mount();
-        for dir in ["etc", "var/lib"] {
+        for dir in ["etc/systemd/system", "var/lib"] {
             fs::create_dir_all(root.dir.join(dir)).unwrap();
         }
         run("cp", &["-a", "/etc/initramfs-tools", root.dir.join("etc").to_str().unwrap()]);
@@ -180,6 +189,17 @@ fn a_move_at_boot_is_scheduled_run_before_root_and_finished() {
     assert_eq!(plan["moves"][0]["to"], 2048, "{plan}");
     assert!(initramfs_lists(&system, "etc/blkalign/at-boot.json"), "the plan is in the initramfs");
     assert!(initramfs_lists(&system, "scripts/init-premount/blkalign-at-boot"));
+    // The unit that finishes after the boot, as systemd reads it.
+    let unit = root.dir.join("etc/systemd/system/blkalign-at-boot.service");
+    assert!(root
+        .dir
+        .join("etc/systemd/system/multi-user.target.wants/blkalign-at-boot.service")
+        .is_symlink());
+    if common::which("systemd-analyze").is_some() {
+        let out =
+            run_unchecked("systemd-analyze", &["verify", "--man=no", unit.to_str().unwrap()], None);
+        assert!(out.status.success() && out.stderr.is_empty(), "{}", text(&out));
+    }
 
     // The running system: audit names the scheduled move; a plain move and
     // a second schedule are refused.
@@ -222,6 +242,7 @@ fn a_move_at_boot_is_scheduled_run_before_root_and_finished() {
     }
     let finish = system.at_boot(&["--finish"]);
     assert_eq!(code(&finish), 0, "{}", text(&finish));
+    assert!(!root.dir.join("etc/systemd/system/blkalign-at-boot.service").exists());
     assert!(!initramfs_lists(&system, "etc/blkalign/at-boot.json"), "the hook is gone");
     assert!(!system.plan_path().exists());
     let status = system.at_boot(&[]);

@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
   blkalign realign --clean disk.img --yes   # delete finished journals
   blkalign realign /dev/sdb --undo --yes    # undo a stopped move
   blkalign realign /dev/sdb --rescue --yes  # finish it over bad sectors
+  blkalign realign /dev/sda 1 --at-boot --yes  # the root, at next boot
 
 A killed or power-cut move resumes when the same command is run again. Ctrl-C
 (SIGINT) or SIGTERM stops it between chunks: it says how far it got and the
