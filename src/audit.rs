@@ -478,11 +478,23 @@ fn check_move_at_boot(audit: &mut DiskAudit, root: &SysRoot, target: &Target, to
         .iter()
         .map(|s| format!("partition {} from LBA {} to {}", s.partition, s.from, s.to))
         .collect();
+    let dir = plan.journal.mountpoint.join(realign::boot::DIR);
+    let last = realign::boot::BootResult::read(&dir);
+    let at_last_boot = match last.as_ref().map(|r| (r.state, r.reason.as_deref())) {
+        Some((realign::boot::BootState::Refused, why)) => format!(
+            "; the last boot refused it and wrote nothing: {}",
+            why.unwrap_or("no reason recorded")
+        ),
+        Some((realign::boot::BootState::Stopped, why)) => {
+            format!("; the last boot stopped it half-way: {}", why.unwrap_or("no reason recorded"))
+        }
+        _ => String::new(),
+    };
     audit.problems.push(Problem::new(
         "realign_at_boot",
         format!(
-            "a move of {} is scheduled for the next boot of kernel {} ({}); `blkalign realign \
-             --at-boot` says where it stands",
+            "a move of {} is scheduled for the next boot of kernel {} ({}){at_last_boot}; \
+             `blkalign realign --at-boot` says where it stands",
             moves.join(", "),
             plan.kernel,
             path.display()
