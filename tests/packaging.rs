@@ -435,6 +435,7 @@ fn debian_package_is_lintian_clean() {
         "./usr/libexec/blkalign/blkalign-textfile",
         "./usr/share/doc/blkalign/copyright",
         "./usr/share/doc/blkalign/changelog.Debian.gz",
+        "./usr/share/doc/blkalign/examples/realign-at-boot.yml",
     ] {
         assert!(contents.lines().any(|l| l.ends_with(path)), "no {path} in\n{contents}");
     }
