@@ -1364,3 +1364,31 @@ fn bcache_superblocks_and_what_they_hold() {
         assert!(verdict.finding.expect("finding").contains("make-bcache -w 4096"));
     }
 }
+
+/// The UUID a move at boot finds its journal's file system by (and
+/// `root=UUID=` names) is the one blkid reads, for every file system the
+/// initramfs may mount it as.
+#[test]
+fn file_system_uuids_match_blkid() {
+    let mkfs: [(&str, &[&str]); 5] = [
+        ("mkfs.ext4", &["-q", "-F"]),
+        ("mkfs.xfs", &["-q", "-f"]),
+        ("mkfs.btrfs", &["-q", "-f"]),
+        ("mkfs.vfat", &["-F", "32"]),
+        ("mkfs.vfat", &["-F", "16"]),
+    ];
+    if !needs(false, &["blkid", "mkfs.ext4", "mkfs.xfs", "mkfs.btrfs", "mkfs.vfat"]) {
+        return;
+    }
+    for (tool, args) in mkfs {
+        let image = Image::new(300 * MIB);
+        let mut all = args.to_vec();
+        all.push(image.str());
+        run(tool, &all);
+        let blkid = out("blkid", &["-p", "-o", "value", "-s", "UUID", image.str()]);
+        let file = File::open(&image.path).expect("open image");
+        let found = blkalign::stack::fs_uuid(&file, 0, 300 * MIB).expect("read");
+        let uuid = found.map(|(_, u)| u).unwrap_or_else(|| panic!("{tool} {args:?}: no UUID"));
+        assert_eq!(uuid, blkid.trim(), "{tool} {args:?}");
+    }
+}

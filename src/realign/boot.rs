@@ -383,13 +383,23 @@ pub fn find_disks(root: &SysRoot, id: &Identity) -> Vec<PathBuf> {
 pub fn find_fs(root: &SysRoot, uuid: &str) -> Option<PathBuf> {
     let names = fs::read_dir(root.sys.join("class/block")).ok()?.flatten();
     names.map(|e| e.file_name().to_string_lossy().into_owned()).find_map(|name| {
-        let dir = root.sys.join("class/block").join(&name);
-        let size = sysfs::read_number(&dir.join("size"))?.checked_mul(512)?;
-        let path = root.dev.join(&name);
-        let file = fs::File::open(&path).ok()?;
-        let (_, found) = crate::stack::fs_uuid(&file, 0, size).ok()??;
+        let (path, found) = fs_uuid_of(root, &name)?;
         found.eq_ignore_ascii_case(uuid).then_some(path)
     })
+}
+
+/// The node of block device `name` and the UUID of its file system, read
+/// past the page cache (O_DIRECT): what is on the disk now.
+fn fs_uuid_of(root: &SysRoot, name: &str) -> Option<(PathBuf, String)> {
+    let dir = root.sys.join("class/block").join(name);
+    let size = sysfs::read_number(&dir.join("size"))?.checked_mul(512)?;
+    let path = root.dev.join(name);
+    let file = fs::File::open(&path).ok()?;
+    let direct = crate::bench::open_direct(&path, crate::bench::Mode::Read, false).ok()?;
+    // 4096 is a multiple of every logical block size up to it.
+    let reader = crate::io::DirectReader::direct(file, direct, 4096).ok()?;
+    let (_, uuid) = crate::stack::fs_uuid(&reader, 0, size).ok()??;
+    Some((path, uuid))
 }
 
 /// Where the journal of a move at boot can live, or why nowhere: a file
@@ -431,12 +441,8 @@ pub fn choose_place(
         {
             return Err("on a partition being moved".into());
         }
-        let device = root.dev.join(&name);
-        let size = sysfs::read_number(&dir.join("size")).and_then(|s| s.checked_mul(512));
-        let file = fs::File::open(&device).map_err(|e| format!("{}: {e}", device.display()))?;
-        let found = size.and_then(|size| crate::stack::fs_uuid(&file, 0, size).ok().flatten());
-        let Some((_, uuid)) = found else {
-            return Err(format!("{} has no file system UUID to find it by", device.display()));
+        let Some((device, uuid)) = fs_uuid_of(root, &name) else {
+            return Err(format!("{} has no file system UUID to find it by", name));
         };
         let mountpoint = Path::new("/").join(inside);
         Ok(Place { uuid, fstype: m.fstype.clone(), mountpoint, device })

@@ -65,15 +65,13 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
     let disk = session.target().name.clone().unwrap_or_default();
     let place = boot::choose_place(&root, &sysroot, &disk, &wanted, args.journal_on.as_deref())
         .map_err(anyhow::Error::msg)?;
-    let in_dir = |n| {
-        let point = place.mountpoint.strip_prefix("/").unwrap_or(&place.mountpoint);
-        BootPlan::journal(&sysroot.join(point).join(boot::DIR), n)
-    };
-    let opts = blkalign::realign::session::Options {
-        journal: (wanted.len() == 1).then(|| in_dir(wanted[0])),
-        ..options(args)?
-    };
-    let planned = session.plan(&opts, &wanted)?;
+    let opts = options(args)?;
+    let mut planned = session.plan(&opts, &wanted)?;
+    // What the boot uses, not the default place the plan names.
+    let point = place.mountpoint.strip_prefix("/").unwrap_or(&place.mountpoint);
+    for p in planned.iter_mut().filter(|p| p.journal.is_some()) {
+        p.journal = Some(BootPlan::journal(&sysroot.join(point).join(boot::DIR), p.partition));
+    }
     emit(&planned.iter().map(|m| m.describe(path)).collect::<String>())?;
     if planned.iter().any(|m| m.refused.is_some()) {
         eprintln!("refused: nothing scheduled");
@@ -247,14 +245,28 @@ impl Setup<'_> {
 
     /// Everything `install` may have done, taken back.
     fn undo(&self) -> anyhow::Result<()> {
-        if self.plan.grub_redirect {
-            blkalign::realign::grub::restore(self.sysroot, self.disk, self.dir, &self.plan.kernel)?;
-        }
-        initramfs::remove(self.sysroot)?;
+        take_out(self.sysroot, self.plan, Some(self.disk), self.dir)?;
         fs::remove_file(self.plan_path).ok();
-        initramfs::rebuild(self.sysroot, &self.plan.kernel)?;
         Ok(())
     }
+}
+
+/// The hook out, the initramfs rebuilt, GRUB back to /boot (on `disk`,
+/// where the plan had moved it), the unit gone. Returns the rebuild.
+fn take_out(
+    sysroot: &Path,
+    plan: &BootPlan,
+    disk: Option<&Path>,
+    dir: &Path,
+) -> anyhow::Result<String> {
+    initramfs::remove(sysroot)?;
+    let command = initramfs::rebuild(sysroot, &plan.kernel)?;
+    if let (true, Some(disk)) = (plan.grub_redirect, disk) {
+        let grub = blkalign::realign::grub::restore(sysroot, disk, dir, &plan.kernel)?;
+        eprintln!("installed GRUB back to /boot: {grub}");
+    }
+    remove_unit(sysroot);
+    Ok(command)
 }
 
 fn describe_moves(moves: &[Shift]) -> String {
@@ -429,10 +441,7 @@ pub fn finish(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
         );
         return Ok(EXIT_PROBLEM);
     }
-    initramfs::remove(&sysroot)?;
-    let command = initramfs::rebuild(&sysroot, &plan.kernel)?;
-    restore_grub(&root, &sysroot, &plan, &dir)?;
-    remove_unit(&sysroot);
+    let command = take_out(&sysroot, &plan, grub_disk(&root, &plan, &dir)?.as_deref(), &dir)?;
     fs::rename(&plan_path, store.last_boot_plan())
         .with_context(|| format!("renaming {}", plan_path.display()))?;
     eprintln!("took the hook out and rebuilt the initramfs: {command}");
@@ -450,24 +459,22 @@ pub fn finish(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
     Ok(EXIT_OK)
 }
 
-/// GRUB back to /boot, where the plan had it boot from the journal's
-/// directory.
-fn restore_grub(root: &SysRoot, sysroot: &Path, plan: &BootPlan, dir: &Path) -> anyhow::Result<()> {
+/// The disk whose GRUB the plan moved to the journal's directory, found by
+/// its identity; None where GRUB was not moved.
+fn grub_disk(root: &SysRoot, plan: &BootPlan, dir: &Path) -> anyhow::Result<Option<PathBuf>> {
     if !plan.grub_redirect {
-        return Ok(());
+        return Ok(None);
     }
     let [disk] =
         boot::find_disks(root, &plan.identity).try_into().map_err(|found: Vec<PathBuf>| {
             anyhow::anyhow!(
                 "{} disks are the one the move was scheduled on: GRUB still boots from {} until \
-             this runs with that disk attached",
+                 this runs with that disk attached",
                 found.len(),
                 dir.display()
             )
         })?;
-    let command = blkalign::realign::grub::restore(sysroot, &disk, dir, &plan.kernel)?;
-    eprintln!("installed GRUB back to /boot: {command}");
-    Ok(())
+    Ok(Some(disk))
 }
 
 /// `realign --at-boot --cancel`: take back a move no boot has begun.
@@ -491,10 +498,7 @@ pub fn cancel(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
         );
         return Ok(EXIT_OK);
     }
-    initramfs::remove(&sysroot)?;
-    let command = initramfs::rebuild(&sysroot, &plan.kernel)?;
-    restore_grub(&root, &sysroot, &plan, &dir)?;
-    remove_unit(&sysroot);
+    let command = take_out(&sysroot, &plan, grub_disk(&root, &plan, &dir)?.as_deref(), &dir)?;
     fs::remove_file(&plan_path).with_context(|| format!("removing {}", plan_path.display()))?;
     eprintln!("rebuilt the initramfs: {command}");
     emit(&format!("cancelled: {}\n", describe_moves(&plan.moves)))?;
@@ -519,23 +523,11 @@ pub fn run_in_initramfs(plan_path: &Path, args: &Args, root: SysRoot) -> anyhow:
     };
     eprintln!("blkalign: the move at boot of {}", describe_moves(&plan.moves));
     let mount = Path::new(MOUNT);
-    let mounted = device_mounted_on(mount);
-    if !mounted {
-        let Some(device) = wait_for(|| boot::find_fs(&root, &plan.journal.uuid)) else {
-            eprintln!(
-                "blkalign: refused, nothing written: the journal's file system (UUID {}) was not \
-                 found; booting on the old layout",
-                plan.journal.uuid
-            );
-            return Ok(EXIT_PROBLEM);
-        };
-        fs::create_dir_all(mount)?;
-        let flags = rustix::mount::MountFlags::empty();
-        rustix::mount::mount(&device, mount, plan.journal.fstype.as_str(), flags, None)
-            .with_context(|| format!("mounting {} on {MOUNT}", device.display()))?;
+    if let Err(why) = mount_journal(&root, &plan, mount) {
+        eprintln!("blkalign: refused, nothing written: {why:#}; booting on the old layout");
+        return Ok(EXIT_PROBLEM);
     }
     let dir = mount.join(boot::DIR);
-    fs::create_dir_all(&dir)?;
     let before = BootResult::read(&dir);
     let earlier = before.as_ref().map(|r| r.state);
     if action == Action::Move && matches!(earlier, Some(BootState::Done | BootState::Undone)) {
@@ -549,35 +541,48 @@ pub fn run_in_initramfs(plan_path: &Path, args: &Args, root: SysRoot) -> anyhow:
         return unmount(mount, EXIT_OK);
     }
     let boots = before.map_or(0, |r| r.boots).saturating_add(1);
-    let record = |state, reason: Option<String>| {
+    let write = |state, reason: Option<String>| {
         BootResult { state, reason, boots, when: boot::now() }.write(&dir)
     };
-    record(BootState::Moving, None)?;
+    if let Err(e) = fs::create_dir_all(&dir).map_err(anyhow::Error::from).and_then(|()| {
+        write(BootState::Moving, None)?;
+        Ok(())
+    }) {
+        eprintln!("blkalign: refused, nothing written: {e:#}; booting on the old layout");
+        return unmount(mount, EXIT_PROBLEM);
+    }
+    // Once the disk may have been written, a result that cannot be
+    // recorded is said, not a reason to stop the boot.
+    let record = |state, reason: Option<String>| {
+        if let Err(e) = write(state, reason) {
+            eprintln!("blkalign: warning: the result was not recorded: {e}");
+        }
+    };
     wait_for(|| (boot::find_disks(&root, &plan.identity).len() == 1).then_some(()));
     match boot::run(&root, &plan, &dir, action, &mut Console::default()) {
         Ok(Ran::Done) => {
-            record(BootState::Done, None)?;
+            record(BootState::Done, None);
             eprintln!("blkalign: {} done; booting on", describe_moves(&plan.moves));
             unmount(mount, EXIT_OK)
         }
         Ok(Ran::Undone) => {
-            record(BootState::Undone, None)?;
+            record(BootState::Undone, None);
             eprintln!("blkalign: the move is undone, the partition as it was; booting on");
             unmount(mount, EXIT_PROBLEM)
         }
         Ok(Ran::Refused(why)) => {
-            record(BootState::Refused, Some(why.clone()))?;
+            record(BootState::Refused, Some(why.clone()));
             eprintln!("blkalign: refused, nothing written: {why}; booting on the old layout");
             unmount(mount, EXIT_PROBLEM)
         }
         Err(e) => {
             let states = plan.states(&dir);
             if !states.iter().any(|(_, st)| *st == MoveState::Unfinished) {
-                record(BootState::Refused, Some(e.to_string()))?;
+                record(BootState::Refused, Some(e.to_string()));
                 eprintln!("blkalign: refused, nothing written: {e}; booting on the old layout");
                 return unmount(mount, EXIT_PROBLEM);
             }
-            record(BootState::Stopped, Some(e.to_string()))?;
+            record(BootState::Stopped, Some(e.to_string()));
             // The journal's file system stays mounted for the commands.
             let again = format!("blkalign realign --at-boot-run {}", plan_path.display());
             eprintln!(
@@ -591,9 +596,19 @@ pub fn run_in_initramfs(plan_path: &Path, args: &Args, root: SysRoot) -> anyhow:
     }
 }
 
-/// Whether a file system is mounted on `dir` (a rerun from the shell).
-fn device_mounted_on(dir: &Path) -> bool {
-    blkalign::device::exclusive::mount_table().iter().any(|m| m.point == dir)
+/// The journal's file system on `mount`, found by its UUID, unless a run
+/// stopped earlier left it there (a rerun from the shell).
+fn mount_journal(root: &SysRoot, plan: &BootPlan, mount: &Path) -> anyhow::Result<()> {
+    if blkalign::device::exclusive::mount_table().iter().any(|m| m.point == mount) {
+        return Ok(());
+    }
+    let device = wait_for(|| boot::find_fs(root, &plan.journal.uuid)).with_context(|| {
+        format!("the journal's file system (UUID {}) was not found", plan.journal.uuid)
+    })?;
+    fs::create_dir_all(mount)?;
+    let flags = rustix::mount::MountFlags::empty();
+    rustix::mount::mount(&device, mount, plan.journal.fstype.as_str(), flags, None)
+        .with_context(|| format!("mounting {} on {MOUNT}", device.display()))
 }
 
 fn unmount(mount: &Path, code: u8) -> anyhow::Result<u8> {
