@@ -10,6 +10,7 @@ pub mod align;
 pub mod audit;
 pub mod backup;
 pub mod bench;
+pub mod commit;
 pub mod device;
 pub mod emulate;
 pub mod io;

@@ -137,6 +137,25 @@ pub fn emit(text: &str) -> std::io::Result<()> {
     }
 }
 
+/// A failed commit, with the way back where a backup was saved before it.
+pub fn restore_hint(e: blkalign::commit::CommitError) -> anyhow::Error {
+    use blkalign::commit::CommitError::{ReadBack, Table, Write};
+    let backup = match &e {
+        Write { backup, .. } | ReadBack { backup, .. } | Table { backup, .. } => {
+            Some(backup.display().to_string())
+        }
+        _ => None,
+    };
+    let err = anyhow::Error::new(e);
+    match backup {
+        Some(bin) => anyhow::anyhow!(
+            "{}; `blkalign restore {bin} --yes` puts back what was there",
+            describe(&err)
+        ),
+        None => err,
+    }
+}
+
 /// The version of every `--json` document; fields may be added, none renamed.
 pub const JSON_VERSION: u32 = 1;
 

@@ -1,16 +1,16 @@
 //! `blkalign partition`: write what `plan` prints. Dry run unless --yes;
 //! the sectors it overwrites are saved to a backup file first.
 
-use super::{planning, EXIT_OK};
-use anyhow::{bail, Context};
+use super::{planning, restore_hint, EXIT_OK};
+use anyhow::bail;
 use blkalign::advise::{self, Holds};
-use blkalign::backup::{self, ToSave};
-use blkalign::device::kernel::{self, KernelPart};
+use blkalign::commit::{self, Commit, Held, Kernel};
+use blkalign::device::kernel::KernelPart;
 use blkalign::device::{self, exclusive, SysRoot, Target};
 use blkalign::io::ReadAt;
 use blkalign::plan::{Plan, Planned, Role};
 use blkalign::stack::Contents;
-use blkalign::table::write::{self, Chunk, Ids};
+use blkalign::table::write::{self, Ids};
 use blkalign::table::{PartKind, Partition};
 use std::path::PathBuf;
 
@@ -63,20 +63,19 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         eprintln!("dry run: nothing written; add --yes to write this table");
         return Ok(EXIT_OK);
     }
-    exclusive::check_unused(&root, &target, &[])?;
-    let disk = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
+    let held = Held::take(&root, &target)?;
+    let disk = held.reader();
     if !args.force {
-        refuse_lost(&target, &lost_contents(&disk, &plan))?;
+        refuse_lost(&target, &lost_contents(disk, &plan))?;
     }
     let chunks = write::encode(&plan.table(&Ids::random(plan.partitions.len())?)?);
-    let old = read_regions(&disk, &chunks)
-        .with_context(|| format!("reading {}", target.path.display()))?;
+    let old = commit::old_bytes(disk, &target.path, &chunks)?;
     if !args.wipe && old.iter().any(|bytes| bytes.iter().any(|&b| b != 0)) {
         bail!(
             "{} already holds data where the table goes ({}); pass --wipe to replace it \
              (the old sectors are saved to a backup file first)",
             target.path.display(),
-            existing_label(&disk, &plan)
+            existing_label(disk, &plan)
         );
     }
     let topology = blkalign::open::topology(
@@ -85,34 +84,26 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         Some(disk.file()),
         &args.plan.geometry.overrides(),
     )?;
-    let identity = device::identity(&root, &target, &topology);
-    let regions = chunks
-        .iter()
-        .zip(old)
-        .map(|(c, old)| ToSave::new(c.what, c.offset, old, &c.bytes))
-        .collect();
-    let saved =
-        backup::save_backup(args.backup.as_deref(), &target, plan.sector_size, identity, regions)?;
-    eprintln!("{saved}");
-    backup::check_restorable(&saved.bin, &disk)?;
-    backup::write_chunks(disk.file(), &chunks)
-        .with_context(|| format!("writing {}", target.path.display()))?;
-    let told = kernel::tell(&root, &target, disk.file(), &planned_kernel_parts(&plan));
-    told.messages().iter().for_each(|m| eprintln!("{m}"));
+    let done = commit::commit(
+        &root,
+        &held,
+        Commit {
+            chunks: &chunks,
+            saves: None,
+            backup: args.backup.as_deref(),
+            sector_size: plan.sector_size,
+            identity: device::identity(&root, &target, &topology),
+            kernel: Kernel::Parts(planned_kernel_parts(&plan)),
+        },
+    )
+    .map_err(restore_hint)?;
+    eprintln!("{}", done.backup);
+    if let Some(told) = done.told {
+        told.messages().iter().for_each(|m| eprintln!("{m}"));
+    }
     planning::print(&target, &plan, &args.plan)?;
     eprintln!("wrote the {} table to {}", label_text(&plan), target.path.display());
     Ok(EXIT_OK)
-}
-
-fn read_regions(file: &dyn ReadAt, chunks: &[Chunk]) -> std::io::Result<Vec<Vec<u8>>> {
-    chunks
-        .iter()
-        .map(|c| {
-            let mut buf = vec![0u8; c.bytes.len()];
-            file.read_exact_at(&mut buf, c.offset)?;
-            Ok(buf)
-        })
-        .collect()
 }
 
 /// What would be lost, in words: every recognised signature (file system,

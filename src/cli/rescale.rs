@@ -3,10 +3,11 @@
 //! sectors it overwrites are saved first, in the sidecar format
 //! `blkalign restore` reads.
 
-use super::{emit, emit_json, EXIT_OK, EXIT_PROBLEM};
+use super::{emit, emit_json, restore_hint, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
-use blkalign::backup::{self, ToSave};
-use blkalign::device::{self, exclusive, kernel, SysRoot, TargetKind};
+use blkalign::backup::ToSave;
+use blkalign::commit::{self, Commit, Held, Kernel};
+use blkalign::device::{self, exclusive, SysRoot, TargetKind};
 use blkalign::io::ReadAt;
 use blkalign::open::Opened;
 use blkalign::rescale::{self, ContentNote, Moved, Overlay, Rescaled};
@@ -114,31 +115,39 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
              presents {to}"
         );
     }
-    exclusive::check_unused(&root, &target, &[])?;
-    let disk = device::reader(exclusive::open_for_writing(&target)?, &target.path)?;
+    let held = Held::take(&root, &target)?;
+    let disk = held.reader();
     // Planned again through the handle that writes: nothing may have
     // changed in between, and this is what is checked and written.
-    let plan = rescale::plan(&disk, size, args.from, to).with_context(|| path.clone())?;
+    let plan = rescale::plan(disk, size, args.from, to).with_context(|| path.clone())?;
     let ss = match target.kind {
         TargetKind::Disk => topology.logical_sector_size.value,
         TargetKind::Image => to,
     };
-    let identity = device::identity(&root, &target, &topology);
-    let saved =
-        backup::save_backup(args.backup.as_deref(), &target, ss, identity, to_save(&disk, &plan)?)?;
-    eprintln!("{saved}");
-    backup::check_restorable(&saved.bin, &disk)?;
-    backup::write_chunks(disk.file(), &plan.chunks).with_context(|| format!("writing {path}"))?;
-    let after = table::read(&disk, to, size).with_context(|| format!("re-reading {path}"))?;
-    if let Err(e) = rescale::same_bytes(&plan.old, &after) {
+    let kernel =
+        if presents == to { Kernel::Table { sector_size: to, size } } else { Kernel::Untold };
+    let done = commit::commit(
+        &root,
+        &held,
+        Commit {
+            chunks: &plan.chunks,
+            saves: Some(to_save(disk, &plan)?),
+            backup: args.backup.as_deref(),
+            sector_size: ss,
+            identity: device::identity(&root, &target, &topology),
+            kernel,
+        },
+    )
+    .map_err(restore_hint)?;
+    eprintln!("{}", done.backup);
+    if let Some(Err(e)) = done.table.map(|after| rescale::same_bytes(&plan.old, &after)) {
         bail!(
             "{path}: the table written does not read back as the same partitions ({e}); \
-             `blkalign restore {}` puts the old one back",
-            saved.bin.display()
+             `blkalign restore {} --yes` puts the old one back",
+            done.backup.bin.display()
         );
     }
-    if topology.logical_sector_size.value == to {
-        let told = kernel::tell(&root, &target, disk.file(), &backup::kernel_parts(&after));
+    if let Some(told) = done.told {
         told.messages().iter().for_each(|m| eprintln!("{m}"));
     }
     eprintln!("wrote the table for {to}-byte sectors to {path}; read back, every partition's bytes unchanged");

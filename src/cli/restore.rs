@@ -4,7 +4,8 @@
 use super::EXIT_OK;
 use anyhow::bail;
 use blkalign::backup::{self, Backup};
-use blkalign::device::{self, exclusive, SysRoot, TargetKind};
+use blkalign::commit::Held;
+use blkalign::device::{self, SysRoot, TargetKind};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -35,11 +36,14 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if let Some(n) = target.selected_partition {
         bail!("{} is partition {n}; name the whole disk", target.path.display());
     }
-    let disk = if args.yes {
-        exclusive::check_unused(&root, &target, &[])?;
-        device::reader(exclusive::open_for_writing(&target)?, &target.path)?
-    } else {
-        device::open(&target)?
+    let held = if args.yes { Some(Held::take(&root, &target)?) } else { None };
+    let opened;
+    let disk = match &held {
+        Some(held) => held.reader(),
+        None => {
+            opened = device::open(&target)?;
+            &opened
+        }
     };
     let topology =
         blkalign::open::topology(&root, &target, Some(disk.file()), &Default::default())?;
@@ -47,7 +51,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if let Some(notice) = backup.same_disk(&target, &topology, &now)? {
         eprintln!("{notice}");
     }
-    let todo = backup.to_restore(&disk, &target.path)?;
+    let todo = backup.to_restore(disk, &target.path)?;
     let path = target.path.display();
     if todo.is_empty() {
         eprintln!("{path} already holds every sector of the backup: nothing to do");
@@ -58,13 +62,13 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         let verb = if args.yes { "putting back" } else { "would put back" };
         eprintln!("{verb} {} bytes at byte {} ({})", r.length, r.offset, r.what);
     }
-    if !args.yes {
+    let Some(held) = &held else {
         eprintln!("dry run: nothing written; add --yes to restore");
         return Ok(EXIT_OK);
-    }
-    backup.put_back(disk.file(), &target.path, &todo)?;
+    };
+    backup.put_back(held.file(), &target.path, &todo)?;
     if target.kind == TargetKind::Disk {
-        match backup::tell_restored(&root, &target, &disk, sidecar.sector_size, topology.size_bytes)
+        match backup::tell_restored(&root, &target, disk, sidecar.sector_size, topology.size_bytes)
         {
             Ok(told) => told.messages().iter().for_each(|m| eprintln!("{m}")),
             Err(e) => eprintln!(

@@ -437,7 +437,7 @@ fn attached_loops(root: &SysRoot) -> Vec<AttachedLoop> {
 
 /// Open for writing; block devices exclusively, so no one mounts or claims
 /// them while the table is written.
-pub fn open_for_writing(target: &Target) -> Result<File, ExclusiveError> {
+pub(crate) fn open_for_writing(target: &Target) -> Result<File, ExclusiveError> {
     let mut flags = OFlags::RDWR | OFlags::CLOEXEC;
     if target.kind == TargetKind::Disk {
         flags |= OFlags::EXCL;
