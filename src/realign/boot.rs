@@ -10,7 +10,7 @@
 
 use super::initramfs::Generator;
 use super::journal::{Journal, Phase};
-use super::session::{Events, Options, Outcome, Session, SessionError};
+use super::session::{Events, Options, Outcome, Refusal, Session, SessionError};
 use super::state::Store;
 use crate::device::exclusive::Mount;
 use crate::device::{self, sysfs, Identity, Overrides, SysRoot};
@@ -347,7 +347,7 @@ fn release_mappings(root: &SysRoot, disk: &str, partitions: &[u32]) -> Result<bo
 /// A move a stop request ended early, as an error: at boot nothing asks.
 fn ended(outcome: Outcome) -> Result<(), SessionError> {
     match outcome {
-        Outcome::Stopped(why) => Err(SessionError::Refused(why)),
+        Outcome::Stopped(why) => Err(Refusal::Stopped(why).into()),
         Outcome::Finished => Ok(()),
     }
 }

@@ -42,9 +42,9 @@ pub enum SessionError {
     InUse(#[from] ExclusiveError),
     #[error("reading {path}: {source}")]
     Table { path: PathBuf, source: TableError },
-    /// The table is not one a move may rewrite, or the journal's place is unsafe.
-    #[error("{0}")]
-    Refused(String),
+    /// Refused before anything was written.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
     #[error(transparent)]
     Guard(#[from] guard::GuardError),
     #[error(transparent)]
@@ -65,6 +65,45 @@ pub enum SessionError {
         scan::describe(bad), holders.as_ref().map(|h| format!(" ({h})")).unwrap_or_default()
     )]
     Unreadable { partition: u32, bad: Vec<Range<u64>>, holders: Option<String> },
+}
+
+/// Why a move was refused before anything was written, for a caller to
+/// match.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("{} is partition {number}: name its disk instead (`blkalign realign /dev/{disk} {number}`)", path.display())]
+    PartitionNamed { path: PathBuf, number: u32, disk: String },
+    #[error(
+        "the journal {} records a move on another disk (size, serial or table differ): refusing \
+         to apply it to {}",
+        journal.display(),
+        target.display()
+    )]
+    OtherDisk { journal: PathBuf, target: PathBuf },
+    #[error("there is no partition {number} on {}", disk.display())]
+    NoSuchPartition { number: u32, disk: PathBuf },
+    /// `why` adds what would make room (a shrink) to `error`.
+    #[error("{why}")]
+    Unplaceable { error: PlaceError, why: String },
+    #[error("partition {0} vanished")]
+    Vanished(u32),
+    #[error("{} holds another unfinished move: finish it or pass another --journal", .0.display())]
+    JournalTaken(PathBuf),
+    #[error(
+        "the move of partition {partition} is being undone (journal {}): finish the undo with \
+         `{finish} --undo`",
+        journal.display()
+    )]
+    BeingUndone { partition: u32, journal: PathBuf, finish: String },
+    #[error(transparent)]
+    Undo(#[from] undo::UndoError),
+    /// The device cannot be opened O_DIRECT (and exclusively, a block
+    /// device): a move must not go through a cache, nor beside another user.
+    #[error(transparent)]
+    OpenDirect(crate::bench::BenchError),
+    /// At boot, where nothing asks a move to stop, it stopped.
+    #[error("{0}")]
+    Stopped(String),
 }
 
 fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SessionError {
@@ -417,10 +456,8 @@ impl Session {
         };
         let Opened { target, file, topology, geometry } = opened;
         if let (Some(n), Some(name)) = (target.selected_partition, &target.name) {
-            return Err(SessionError::Refused(format!(
-                "{} is partition {n}: name its disk instead (`blkalign realign /dev/{name} {n}`)",
-                path.display()
-            )));
+            let (path, disk) = (path.to_path_buf(), name.clone());
+            return Err(Refusal::PartitionNamed { path, number: n, disk }.into());
         }
         let identity = device::identity(&root, &target, &topology);
         let host = Box::new(Device { root, target: target.clone(), export: false, at_boot: false });
@@ -518,12 +555,8 @@ impl Session {
                 return Ok(None);
             }
             if !state::applies(&j.record, &*self.reader, &self.identity) {
-                return Err(SessionError::Refused(format!(
-                    "the journal {} records a move on another disk (size, serial or table \
-                     differ): refusing to apply it to {}",
-                    path.display(),
-                    self.target.path.display()
-                )));
+                let (journal, target) = (path.to_path_buf(), self.target.path.clone());
+                return Err(Refusal::OtherDisk { journal, target }.into());
             }
             return Ok(Some(j));
         }
@@ -585,10 +618,8 @@ impl Session {
             if let Some(n) =
                 named.iter().find(|n| !layout.partitions.iter().any(|p| p.number == **n))
             {
-                return Err(SessionError::Refused(format!(
-                    "there is no partition {n} on {}",
-                    self.target.path.display()
-                )));
+                let disk = self.target.path.clone();
+                return Err(Refusal::NoSuchPartition { number: *n, disk }.into());
             }
             return Ok(named.to_vec());
         }
@@ -669,16 +700,17 @@ impl Session {
                     events.note(&err.to_string());
                     continue;
                 }
-                Err(err) => {
-                    let why = self.refusal(&self.layout()?, err).refused.unwrap_or_default();
-                    return Err(SessionError::Refused(why));
+                Err(error) => {
+                    let why =
+                        self.refusal(&self.layout()?, error.clone()).refused.unwrap_or_default();
+                    return Err(Refusal::Unplaceable { error, why }.into());
                 }
             };
             // The table changed after each move: read it again.
             let layout = self.layout()?;
             let n = placement.partition.number;
             let Some(current) = layout.partitions.iter().find(|p| p.number == n) else {
-                return Err(SessionError::Refused(format!("partition {n} vanished")));
+                return Err(Refusal::Vanished(n).into());
             };
             let placement = Placement { partition: current.clone(), ..placement };
             if events.stop_requested() {
@@ -796,10 +828,7 @@ impl Session {
         let path = self.journal_path(opts, prepared.record.partition);
         if path.exists() {
             if !Journal::open(&path)?.state.phase.finished() {
-                return Err(SessionError::Refused(format!(
-                    "{} holds another unfinished move: finish it or pass another --journal",
-                    path.display()
-                )));
+                return Err(Refusal::JournalTaken(path).into());
             }
             std::fs::remove_file(&path)
                 .map_err(io_error(format!("removing {}", path.display())))?;
@@ -833,13 +862,9 @@ impl Session {
         self.host.check_unused(&[journal.record.partition])?;
         let undoing = undo::path(journal.path());
         if undoing.exists() {
-            return Err(SessionError::Refused(format!(
-                "the move of partition {} is being undone (journal {}): finish the undo with `{} \
-                 --undo`",
-                journal.record.partition,
-                undoing.display(),
-                state::finish_command(&self.target.path, journal.record.partition)
-            )));
+            let partition = journal.record.partition;
+            let finish = state::finish_command(&self.target.path, partition);
+            return Err(Refusal::BeingUndone { partition, journal: undoing, finish }.into());
         }
         let writer = self.host.writer()?;
         let m = journal.record.clone();
@@ -918,7 +943,7 @@ impl Session {
             Some(Journal::open(&undo_path)?)
         } else {
             undo::begin(&forward, &*writer).map_err(|e| match e {
-                BeginError::Undo(e) => SessionError::Refused(e.to_string()),
+                BeginError::Undo(e) => Refusal::Undo(e).into(),
                 BeginError::Journal(e) => SessionError::Journal(e),
                 BeginError::Io { lba, source } => SessionError::Move {
                     source: MoveError::Io { what: "writing", lba, source },
@@ -1324,8 +1349,8 @@ impl Host for Device {
         let (root, target) = (self.root.clone(), self.target.clone());
         if self.export {
             let file = exclusive::open_for_writing(&self.target)?;
-            let reads = open_direct(&self.target.path, Mode::Read, false)
-                .map_err(|e| SessionError::Refused(e.to_string()))?;
+            let reads =
+                open_direct(&self.target.path, Mode::Read, false).map_err(Refusal::OpenDirect)?;
             return Ok(Box::new(DeviceWriter { file, reads: Some(reads), root, target }));
         }
         if self.at_boot {
@@ -1338,7 +1363,7 @@ impl Host for Device {
             Err(_) if self.target.kind == TargetKind::Image => {
                 exclusive::open_for_writing(&self.target)?
             }
-            Err(e) => return Err(SessionError::Refused(e.to_string())),
+            Err(e) => return Err(Refusal::OpenDirect(e).into()),
         };
         Ok(Box::new(DeviceWriter { file, reads: None, root, target }))
     }
@@ -1692,6 +1717,17 @@ mod tests {
         assert_ne!(new, OLD);
         assert_eq!(partition(&img, new), partition(&image(), OLD), "every byte moved");
         new
+    }
+
+    #[test]
+    fn refusals_are_values_a_caller_can_match() {
+        let lab = lab();
+        let err = lab.session.wanted(&[9]).unwrap_err();
+        assert!(
+            matches!(err, SessionError::Refused(Refusal::NoSuchPartition { number: 9, .. })),
+            "{err:?}"
+        );
+        assert_eq!(*lab.mem.bytes.lock().unwrap(), image(), "nothing written");
     }
 
     #[test]
