@@ -57,21 +57,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let root = SysRoot::real();
-    let before = audit::audit_path(&root, &path, &audit::Options::default());
+    // Where this program keeps its moves' records and journals; the audit
+    // reads the same place, so it would name a move left unfinished.
+    let store = Store::new(work.path().join("state"));
+    let opts = audit::Options { store: store.clone(), ..Default::default() };
+    let before = audit::audit_path(&root, &path, &opts);
     println!("{}: misaligned partitions {:?}", path.display(), misaligned(&before));
 
-    let session = Session::open(root.clone(), &path, &Overrides::default(), false)?
-        .store(Store::new(work.path().join("state")));
+    let session = Session::open(root.clone(), &path, &Overrides::default(), false)?.store(store);
     let wanted = session.wanted(&[])?;
-    let opts = Options::default();
-    for planned in session.plan(&opts, &wanted)? {
+    let moving = Options::default();
+    for planned in session.plan(&moving, &wanted)? {
         print!("{}", planned.describe(&path));
     }
-    if session.move_all(&opts, &wanted, &mut Print)? != Outcome::Finished {
+    if session.move_all(&moving, &wanted, &mut Print)? != Outcome::Finished {
         return Err("stopped before the end".into());
     }
 
-    let after = audit::audit_path(&root, &path, &audit::Options::default());
+    let after = audit::audit_path(&root, &path, &opts);
     let left = misaligned(&after);
     println!("{}: misaligned partitions {left:?}", path.display());
     if !left.is_empty() {

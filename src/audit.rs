@@ -14,9 +14,12 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// How to judge.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     pub overrides: Overrides,
+    /// Where unfinished and scheduled moves are recorded (by default
+    /// $BLKALIGN_STATE_DIR, else /var/lib/blkalign).
+    pub store: realign::state::Store,
     /// Believe a reported physical sector below 4096.
     pub trust_kernel: bool,
     /// Measure the physical sector and alignment offset by timing writes
@@ -363,8 +366,8 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudi
         check_sector_size(&mut audit, file, target, &topology);
     }
     if let Ok(file) = &file {
-        check_unfinished_move(&mut audit, root, target, &topology, file);
-        check_move_at_boot(&mut audit, root, target, &topology);
+        check_unfinished_move(&mut audit, &opts.store, root, target, &topology, file);
+        check_move_at_boot(&mut audit, &opts.store, root, target, &topology);
     }
     judge(&mut audit, found, &geometry, target.selected_partition);
     if let Ok(file) = &file {
@@ -441,13 +444,14 @@ fn read_table(
 /// audit is not complete until it is finished.
 fn check_unfinished_move(
     audit: &mut DiskAudit,
+    store: &realign::state::Store,
     root: &SysRoot,
     target: &Target,
     topology: &Topology,
     file: &dyn ReadAt,
 ) {
     let id = device::identity(root, target, topology);
-    let Some((record, journal)) = realign::state::Store::default().unfinished_on(file, &id) else {
+    let Some((record, journal)) = store.unfinished_on(file, &id) else {
         return;
     };
     let m = &journal.record;
@@ -467,8 +471,14 @@ fn check_unfinished_move(
 
 /// A move scheduled for the next boot on this disk (`realign --at-boot`):
 /// the disk stays misaligned until that boot, and says why.
-fn check_move_at_boot(audit: &mut DiskAudit, root: &SysRoot, target: &Target, topology: &Topology) {
-    let path = realign::state::Store::default().boot_plan();
+fn check_move_at_boot(
+    audit: &mut DiskAudit,
+    store: &realign::state::Store,
+    root: &SysRoot,
+    target: &Target,
+    topology: &Topology,
+) {
+    let path = store.boot_plan();
     let Ok(plan) = realign::boot::BootPlan::read(&path) else { return };
     if plan.identity != device::identity(root, target, topology) {
         return;

@@ -95,6 +95,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         overrides: args.geometry.overrides(),
         trust_kernel: args.geometry.trust_kernel,
         probe: args.probe,
+        store: Default::default(),
     };
     let guests = !args.domain.is_empty() || args.all_domains;
     let mut audits: Vec<DiskAudit> = if args.targets.is_empty() && !guests {
