@@ -1,6 +1,7 @@
 //! The layering ARCHITECTURE.md promises, checked on the source: no library
 //! module imports one above it (test code aside), every module has a layer,
-//! and no CLI subcommand imports another's file.
+//! and no CLI subcommand imports another's file. And the test harness:
+//! every integration test is in a module's `tests![...]` list.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -10,6 +11,7 @@ tests![
     no_module_imports_a_layer_above_it,
     no_subcommand_imports_another,
     super_imports_sees_uses_groups_and_expressions,
+    no_test_attribute_in_the_harness,
 ];
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -190,4 +192,28 @@ fn super_imports_sees_uses_groups_and_expressions() {
         super_imports(text),
         ["output", "bench", "EXIT_OK", "probe", "super", "audit"].map(String::from)
     );
+}
+
+/// tests/it is built without libtest (harness = false), where `#[test]`
+/// drops its function without a word: a test written so would never run.
+/// Each module lists its tests in `tests![...]` instead (common/harness.rs).
+fn no_test_attribute_in_the_harness() {
+    let mut sources = Vec::new();
+    files(&Path::new(ROOT).join("tests/it"), &mut sources);
+    assert!(sources.len() > 20, "tests/it has {} files", sources.len());
+    let attribute = ["#[", "test]"].concat();
+    let found: Vec<String> = sources
+        .iter()
+        .flat_map(|file| {
+            let text = fs::read_to_string(file).unwrap();
+            let lines: Vec<String> = text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| l.trim() == attribute)
+                .map(|(i, _)| format!("{}:{}", file.display(), i + 1))
+                .collect();
+            lines
+        })
+        .collect();
+    assert!(found.is_empty(), "#[test] where no harness reads it, list these instead: {found:?}");
 }

@@ -348,6 +348,8 @@ fn playbook_file(file: &str, extra_vars: &serde_json::Value) -> Output {
         .arg(repo(file))
         .env("ANSIBLE_HOME", home.path())
         .env("ANSIBLE_LOCAL_TEMP", home.path())
+        // Not ~/.ansible/tmp: a user without a home (nobody) can run it.
+        .env("ANSIBLE_REMOTE_TEMP", home.path())
         .env("ANSIBLE_NOCOLOR", "1")
         .env("ANSIBLE_PYTHON_INTERPRETER", "auto_silent")
         .output()

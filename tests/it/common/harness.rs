@@ -91,7 +91,11 @@ macro_rules! tests {
 /// move their timings stretch and their ratios fail. Then all the others
 /// on the default threads. One exit status for both: 101 when any failed.
 pub fn main(tests: Vec<Test>) -> ExitCode {
-    let args = Arguments::from_args();
+    let mut args = Arguments::from_args();
+    // As libtest: RUST_TEST_THREADS where --test-threads is not given.
+    if args.test_threads.is_none() {
+        args.test_threads = std::env::var("RUST_TEST_THREADS").ok().and_then(|n| n.parse().ok());
+    }
     let (alone, rest): (Vec<Test>, Vec<Test>) = tests.into_iter().partition(|t| t.alone);
     let alone: Vec<Trial> = alone.into_iter().map(Test::trial).collect();
     let rest: Vec<Trial> = rest.into_iter().map(Test::trial).collect();
