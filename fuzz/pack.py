@@ -14,7 +14,7 @@
                            and parted cannot write (aix, ldm, ultrix,
                            karma, sysv68) in IMG
 
-Superblocks and labels are written the way tests/stack_peers.rs builds
+Superblocks and labels are written the way tests/it/stack_peers.rs builds
 them, for the layers no peer tool here can make (no md driver, no zpool).
 """
 import argparse

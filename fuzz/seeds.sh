@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Seeds for the fuzz targets, from images the peer tools make: the corpus
-# of tests/linux_view.rs (sfdisk, sgdisk, parted, xorriso, mkfs.*,
+# of tests/it/linux_view.rs (sfdisk, sgdisk, parted, xorriso, mkfs.*,
 # pvcreate: needs root and its test binary), parted's bsd/sun/dvh/mac/
-# atari/amiga labels and fdisk's nested BSD label (as tests/schemes_peers.rs makes
+# atari/amiga labels and fdisk's nested BSD label (as tests/it/schemes_peers.rs makes
 # them), mkfs.* file systems, cryptsetup's LUKS1/2, pvcreate/vgcreate/
 # lvcreate on a loop device (root), make-bcache's backing and cache
-# devices, md superblocks and ZFS labels written as tests/stack_peers.rs
+# devices, md superblocks and ZFS labels written as tests/it/stack_peers.rs
 # writes them, `sfdisk -d` scripts, and the journal
 # of a real `blkalign realign` move. Each image is packed by fuzz/pack.py
 # (its non-zero runs, at most 48 KiB) into fuzz/seeds/TARGET/, once as is
@@ -62,13 +62,13 @@ TABLES="table_read edit stack_walk"
 rm -rf "$out"
 mkdir -p "$out"
 
-what="the corpus of tests/linux_view.rs"
+what="the corpus of tests/it/linux_view.rs"
 if [ "$(id -u)" -ne 0 ]; then
   skip "$what" "needs root (loop devices)"
 # Only the test that builds the corpus: the other boots the kernel lab,
 # which makes no image (cargo test runs it).
-elif ! (cd "$root" && BLKALIGN_LINUX_VIEW_DIR="$work/corpus" cargo test -q --test linux_view \
-  -- --exact blkalign_reads_disks_as_linux_does --nocapture >"$work/linux_view.log" 2>&1) &&
+elif ! (cd "$root" && BLKALIGN_LINUX_VIEW_DIR="$work/corpus" cargo test -q --test it \
+  -- --exact linux_view::blkalign_reads_disks_as_linux_does --nocapture >"$work/linux_view.log" 2>&1) &&
   [ ! -d "$work/corpus" ]; then
   skip "$what" "the test did not run: $(tail -3 "$work/linux_view.log")"
 else

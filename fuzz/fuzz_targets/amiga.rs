@@ -2,7 +2,7 @@
 //! checksum (and the trashed-word retry), the partition list by pb_Next
 //! (loops, links past the end) and each partition's DosEnvec geometry.
 //! Seeded with parted's amiga labels and the amiga_* cases of
-//! tests/linux_view.rs.
+//! tests/it/linux_view.rs.
 #![no_main]
 
 use blkalign_fuzz::image::Image;

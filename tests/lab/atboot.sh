@@ -1,5 +1,5 @@
 # Kernel lab, a move at boot with the root on LVM (run by
-# tests/kernel_lab_stacks.rs in the guest). Usage: atboot.sh OUT SERIAL:
+# tests/it/kernel_lab_stacks.rs in the guest). Usage: atboot.sh OUT SERIAL:
 # one disk of 512-byte sectors. p1 at LBA 63 holds a PV (pe_start 1 MiB, so
 # its data is off a 4 KiB boundary too), VG bootvg, LV root with ext4 and a
 # file; p2 an ext4 for the journal. The VG is active, as udev's LVM rules

@@ -1,4 +1,4 @@
-# Kernel lab, a move over a failing disk (run by tests/kernel_lab_stacks.rs
+# Kernel lab, a move over a failing disk (run by tests/it/kernel_lab_stacks.rs
 # in the guest). Usage: faults.sh OUT: OUT/f.bin is a file to store.
 #
 # The disk is scsi_debug's (96 MiB, 512e), whose medium errors are the

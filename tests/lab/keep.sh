@@ -1,5 +1,5 @@
 # Kernel lab, a move never misaligns what is aligned (run by
-# tests/kernel_lab_stacks.rs in the guest). Usage: keep.sh OUT SERIAL: one
+# tests/it/kernel_lab_stacks.rs in the guest). Usage: keep.sh OUT SERIAL: one
 # 512e disk. cryptsetup and LVM, told by the kernel's partition
 # alignment_offset, make up for a partition at an odd LBA:
 # - p1 at LBA 63: LUKS2 as cryptsetup makes it (payload 16 MiB + 512);

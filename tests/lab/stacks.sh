@@ -1,4 +1,4 @@
-# Kernel lab, live stacks (run by tests/kernel_lab_stacks.rs in the guest).
+# Kernel lab, live stacks (run by tests/it/kernel_lab_stacks.rs in the guest).
 # Usage: stacks.sh OUT SERIAL1 SERIAL2: two 512e disks. Builds, in one boot:
 # - md-mixed: LVM (an LV holding ext4) on md raid1 over a partition at LBA
 #   63 of disk 1 and one at 2048 of disk 2 (so the kernel stacks -1);

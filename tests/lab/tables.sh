@@ -1,4 +1,4 @@
-# Kernel lab, the kernel judges the tables (run by tests/linux_view.rs in the
+# Kernel lab, the kernel judges the tables (run by tests/it/linux_view.rs in the
 # guest). Usage: tables.sh CORPUS OUT: for each CORPUS/CASE/disk.img, with
 # its logical sector size in CORPUS/CASE/sector, attach it read-only on a
 # loop device with partition scanning (the kernel's own parsers read the

@@ -1,4 +1,4 @@
-# Kernel lab, topology per driver (run by tests/kernel_lab.rs in the guest).
+# Kernel lab, topology per driver (run by tests/it/kernel_lab.rs in the guest).
 # Usage: topology.sh OUT SERIAL... : for each disk attached with SERIAL, and
 # for scsi_debug at every physblk_exp 0-3 x lowest_aligned x logical 512 and
 # 4096, write OUT/LABEL.json: the kernel's topology (sysfs), an MBR with

@@ -1,4 +1,4 @@
-# Kernel lab, writers on a real kernel (run by tests/kernel_lab.rs in the
+# Kernel lab, writers on a real kernel (run by tests/it/kernel_lab.rs in the
 # guest). Usage: writers.sh OUT DISK512 DISK4KN BUSY: serials of a 512e
 # disk, a 4Kn disk and a 512e disk for the refusals. Writes OUT/NAME.json
 # (and NAME.err, the commands' stderr) for each step:

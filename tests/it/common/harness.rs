@@ -1,0 +1,119 @@
+//! The harness of tests/it (libtest-mimic): every test of every module
+//! as a trial named `MODULE::FN`, a test that skipped as ignored with its
+//! reason, and the tests that time things run before the others, alone.
+//!
+//! Each module lists its tests once, with `tests!`:
+//! `tests![a, b, alone(c)]`. A test left out of the list is dead code, which
+//! `cargo clippy --all-targets -- -D warnings` refuses.
+
+use libtest_mimic::{Arguments, Completion, Conclusion, Trial};
+use std::cell::RefCell;
+use std::process::ExitCode;
+
+thread_local! {
+    /// Why the test running on this thread skipped (all or part of it).
+    static SKIPPED: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Note that this test cannot run (or cannot run in full) here, and why:
+/// `reason` reads after "this test", e.g. "needs root". The harness reports
+/// the test as ignored with that reason once it returns; under
+/// `BLKALIGN_TEST_STRICT=1` it fails here instead.
+pub fn skip(reason: impl Into<String>) {
+    let reason = reason.into();
+    assert!(!super::strict(), "BLKALIGN_TEST_STRICT=1 and this test {reason}");
+    SKIPPED.with(|s| s.borrow_mut().push(reason));
+}
+
+/// One test: its `MODULE::FN` name, its function, and whether it measures
+/// time (and so runs alone).
+pub struct Test {
+    name: String,
+    alone: bool,
+    run: fn(),
+}
+
+impl Test {
+    pub fn new(module: &str, name: &str, run: fn()) -> Test {
+        // module_path!() is "it::MODULE".
+        let module = module.split_once("::").map_or(module, |(_, m)| m);
+        Test { name: format!("{module}::{name}"), alone: false, run }
+    }
+
+    pub fn alone(module: &str, name: &str, run: fn()) -> Test {
+        Test { alone: true, ..Test::new(module, name, run) }
+    }
+
+    fn trial(self) -> Trial {
+        let run = self.run;
+        Trial::ignorable_test(self.name, move || {
+            SKIPPED.with(|s| s.borrow_mut().clear());
+            // A panic fails the trial: libtest-mimic catches it and shows
+            // its message.
+            run();
+            let mut reasons = SKIPPED.with(|s| std::mem::take(&mut *s.borrow_mut()));
+            reasons.dedup();
+            Ok(match reasons.is_empty() {
+                true => Completion::Completed,
+                false => Completion::ignored_with(reasons.join("; ")),
+            })
+        })
+    }
+}
+
+/// `tests![a, b, alone(c, d)]`: this module's `pub fn trials()`, its tests
+/// named `MODULE::a` and so on; those in `alone(...)` time something.
+macro_rules! tests {
+    (@ [$($out:expr,)*]) => {
+        pub fn trials() -> Vec<$crate::common::harness::Test> {
+            vec![$($out,)*]
+        }
+    };
+    (@ [$($out:expr,)*] alone($($alone:ident),* $(,)?) $(, $($rest:tt)*)?) => {
+        tests!(@ [$($out,)* $($crate::common::harness::Test::alone(
+            module_path!(), stringify!($alone), $alone),)*] $($($rest)*)?);
+    };
+    (@ [$($out:expr,)*] $name:ident $(, $($rest:tt)*)?) => {
+        tests!(@ [$($out,)* $crate::common::harness::Test::new(
+            module_path!(), stringify!($name), $name),] $($($rest)*)?);
+    };
+    ($($list:tt)*) => {
+        tests!(@ [] $($list)*);
+    };
+}
+
+/// Run `tests` as the command line says (libtest's options: a filter,
+/// `--skip`, `--exact`, `--list`, `--test-threads`, ...), in two passes.
+///
+/// First the tests that time something (bench and probe on emulated
+/// drives, the emulator's penalties), one at a time, with the machine to
+/// themselves: beside a kernel-lab boot (QEMU under TCG takes a core) or a
+/// move their timings stretch and their ratios fail. Then all the others
+/// on the default threads. One exit status for both: 101 when any failed.
+pub fn main(tests: Vec<Test>) -> ExitCode {
+    let mut args = Arguments::from_args();
+    // As libtest: RUST_TEST_THREADS where --test-threads is not given.
+    if args.test_threads.is_none() {
+        args.test_threads = std::env::var("RUST_TEST_THREADS").ok().and_then(|n| n.parse().ok());
+    }
+    let (alone, rest): (Vec<Test>, Vec<Test>) = tests.into_iter().partition(|t| t.alone);
+    let alone: Vec<Trial> = alone.into_iter().map(Test::trial).collect();
+    let rest: Vec<Trial> = rest.into_iter().map(Test::trial).collect();
+    if args.list {
+        return libtest_mimic::run(&args, alone.into_iter().chain(rest).collect()).exit_code();
+    }
+    let mut conclusions: Vec<Conclusion> = Vec::new();
+    // Skip the first pass when the filter leaves nothing in it, so a
+    // filtered run prints one summary.
+    if alone.iter().any(|t| !args.is_filtered_out(t)) {
+        let one = Arguments { test_threads: Some(1), ..args.clone() };
+        conclusions.push(libtest_mimic::run(&one, alone));
+    }
+    if conclusions.is_empty() || rest.iter().any(|t| !args.is_filtered_out(t)) {
+        conclusions.push(libtest_mimic::run(&args, rest));
+    }
+    match conclusions.iter().any(Conclusion::has_failed) {
+        true => ExitCode::from(101),
+        false => ExitCode::SUCCESS,
+    }
+}
