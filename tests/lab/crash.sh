@@ -1,4 +1,4 @@
-# Every crash state of a move, in two halves (tests/kernel_lab.rs):
+# Every crash state of a move, in two halves (tests/it/kernel_lab.rs):
 #
 #   crash.sh log OUT DISK512 DISK4KN CASE=LOG...   in the kernel lab's guest
 #   crash.sh states OUT CASE LOG                    on the host, as root
