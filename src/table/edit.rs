@@ -11,8 +11,35 @@ use crate::io::{read_lba, read_sectors, ReadAt};
 pub enum EditError {
     #[error("cannot read the table's sectors: {0}")]
     Io(String),
-    #[error("the table cannot be edited safely: {0}")]
-    Unsafe(String),
+    #[error("the table cannot be edited safely: there is no partition table")]
+    NoTable,
+    #[error("the table cannot be edited safely: only MBR and GPT partition tables can be edited")]
+    NotMbrOrGpt,
+    #[error("the table cannot be edited safely: no GPT header")]
+    NoGptHeader,
+    #[error("the table cannot be edited safely: the primary GPT is damaged; repair it first")]
+    PrimaryGptDamaged,
+    #[error("the table cannot be edited safely: the backup GPT is damaged; repair it first")]
+    BackupGptDamaged,
+    #[error("the table cannot be edited safely: LBA {lba}: {why}")]
+    GptHeader { lba: u64, why: String },
+    #[error("the table cannot be edited safely: an entry array of {0} bytes")]
+    EntryArray(u64),
+    #[error(
+        "the table cannot be edited safely: the backup GPT's entry array ({backup} bytes) is not \
+         the primary's ({primary} bytes); repair it first"
+    )]
+    EntryArraysDiffer { primary: u64, backup: u64 },
+    #[error("the table cannot be edited safely: partition {0} cannot be moved")]
+    NotMovable(u32),
+    #[error("the table cannot be edited safely: partition {0} has no EBR")]
+    NoEbr(u32),
+    #[error("the table cannot be edited safely: partition {0}'s EBR is the extended partition's first sector")]
+    FirstEbr(u32),
+    #[error(
+        "the table cannot be edited safely: partition {0}'s EBR describes more than that partition"
+    )]
+    SharedEbr(u32),
     #[error("partition {0} is not where the table says it is")]
     Stale(u32),
     #[error("partition {0} cannot start at LBA {1}: {2}")]
@@ -37,49 +64,46 @@ pub fn read_bytes(dev: &dyn ReadAt, layout: &Layout) -> Result<TableBytes, EditE
             let mbr = read_lba(dev, 0, ss).map_err(io)?;
             Ok(TableBytes::Mbr(MbrBytes { sector_size: ss, mbr, ebrs, wipes: Vec::new() }))
         }
-        Label::None => Err(EditError::Unsafe("there is no partition table".into())),
+        Label::None => Err(EditError::NoTable),
         Label::Bsd
         | Label::Sun
         | Label::Sgi
         | Label::Mac
         | Label::Amiga
         | Label::Atari
-        | Label::Unsupported => {
-            Err(EditError::Unsafe("only MBR and GPT partition tables can be edited".into()))
-        }
+        | Label::Unsupported => Err(EditError::NotMbrOrGpt),
     }
 }
 
 /// Both headers must be sound: an edit rewrites both copies from the primary.
 fn read_gpt(dev: &dyn ReadAt, layout: &Layout) -> Result<GptBytes, EditError> {
     let ss = layout.sector_size;
-    let info = layout.gpt.as_ref().ok_or_else(|| EditError::Unsafe("no GPT header".into()))?;
+    let info = layout.gpt.as_ref().ok_or(EditError::NoGptHeader)?;
     if info.used_backup || info.header_lba != 1 {
-        return Err(EditError::Unsafe("the primary GPT is damaged; repair it first".into()));
+        return Err(EditError::PrimaryGptDamaged);
     }
     // The backup is rewritten where its header says: one that is not a
     // usable table may point anywhere, past the end or into a partition.
     let backup_damaged = ["gpt_backup_invalid", "gpt_alternate_lba_wrong"];
     if layout.problems.iter().any(|p| backup_damaged.contains(&p.code)) {
-        return Err(EditError::Unsafe("the backup GPT is damaged; repair it first".into()));
+        return Err(EditError::BackupGptDamaged);
     }
     let header = |lba: u64| -> Result<gpt::Header, EditError> {
         let sector = read_lba(dev, lba, ss).map_err(io)?;
-        gpt::Header::parse(&sector).map_err(|e| EditError::Unsafe(format!("LBA {lba}: {e}")))
+        gpt::Header::parse(&sector).map_err(|e| EditError::GptHeader { lba, why: e.to_string() })
     };
     let primary = header(1)?;
     let backup = header(primary.alternate_lba)?;
     let bytes = primary.entries_bytes();
     if bytes == 0 || bytes % ss != 0 || bytes > gpt::MAX_ENTRIES_BYTES {
-        return Err(EditError::Unsafe(format!("an entry array of {bytes} bytes")));
+        return Err(EditError::EntryArray(bytes));
     }
     // The primary's array goes where the backup's is: it must be as long.
     if backup.entries_bytes() != bytes {
-        return Err(EditError::Unsafe(format!(
-            "the backup GPT's entry array ({} bytes) is not the primary's ({bytes} bytes); \
-             repair it first",
-            backup.entries_bytes()
-        )));
+        return Err(EditError::EntryArraysDiffer {
+            primary: bytes,
+            backup: backup.entries_bytes(),
+        });
     }
     let entries = read_sectors(dev, primary.entries_lba, bytes / ss, ss).map_err(io)?;
     Ok(GptBytes {
@@ -106,7 +130,7 @@ impl TableBytes {
             (TableBytes::Gpt(g), PartKind::Gpt) => move_gpt(g, p, new_start, end - 1),
             (TableBytes::Mbr(m), PartKind::Primary) => move_primary(m, p, new_start),
             (TableBytes::Mbr(m), PartKind::Logical) => move_logical(m, p, new_start),
-            _ => Err(EditError::Unsafe(format!("partition {} cannot be moved", p.number))),
+            _ => Err(EditError::NotMovable(p.number)),
         }
     }
 }
@@ -228,16 +252,13 @@ impl TableBytes {
     ) -> Result<(), EditError> {
         let ext_start = ext.start;
         let TableBytes::Mbr(m) = self else {
-            return Err(EditError::Unsafe(format!("partition {} has no EBR", p.number)));
+            return Err(EditError::NoEbr(p.number));
         };
         let ebr_lba = p.ebr.ok_or(EditError::Stale(p.number))?;
         let index = m.ebrs.iter().position(|(lba, _)| *lba == ebr_lba);
         let previous = index.and_then(|i| i.checked_sub(1));
         let (Some(index), Some(previous)) = (index, previous) else {
-            return Err(EditError::Unsafe(format!(
-                "partition {}'s EBR is the extended partition's first sector",
-                p.number
-            )));
+            return Err(EditError::FirstEbr(p.number));
         };
         let inside = new_ebr > ext_start && new_ebr - ext_start < ext.size;
         if !inside || new_ebr >= p.start || m.ebrs.iter().any(|(l, _)| *l == new_ebr) {
@@ -248,10 +269,7 @@ impl TableBytes {
         // Other entries are relative to the EBR too: they would move with it.
         let mut others = (0..4).filter(|&s| s != slot).filter_map(|s| mbr::entry_at(&sector, s));
         if others.any(|o| !o.is_empty() && !o.is_extended()) {
-            return Err(EditError::Unsafe(format!(
-                "partition {}'s EBR describes more than that partition",
-                p.number
-            )));
+            return Err(EditError::SharedEbr(p.number));
         }
         e.start_lba = mbr_u32(p, p.start.checked_sub(new_ebr))?;
         mbr::put_entry(&mut sector, slot, &e);
@@ -396,7 +414,7 @@ mod tests {
         p.start = 70;
         assert_eq!(table.move_start(&p, 72), Err(EditError::Stale(5)));
         let ext = layout.partitions[1].clone();
-        assert!(matches!(table.move_start(&ext, 72), Err(EditError::Unsafe(_))));
+        assert!(matches!(table.move_start(&ext, 72), Err(EditError::NotMovable(_))));
         let gpt = gpt_image(512, 256, 128, &[(40, 99, "a")]);
         let layout = read(&gpt, 512, gpt.len() as u64).unwrap();
         let mut table = read_bytes(&gpt, &layout).unwrap();
@@ -427,7 +445,7 @@ mod tests {
         let layout = read(&img, 512, img.len() as u64).unwrap();
         assert_eq!(layout.problems[0].code, "gpt_backup_invalid");
         let err = read_bytes(&img, &layout).unwrap_err();
-        assert!(matches!(err, EditError::Unsafe(ref m) if m.contains("backup")), "{err}");
+        assert!(matches!(err, EditError::BackupGptDamaged), "{err}");
     }
 
     /// Found by fuzz/ (target edit): the primary's entry array, longer than
@@ -440,6 +458,6 @@ mod tests {
         let layout = read(&img, 512, img.len() as u64).unwrap();
         assert_eq!(layout.problems[0].code, "gpt_backup_differs");
         let err = read_bytes(&img, &layout).unwrap_err();
-        assert!(matches!(err, EditError::Unsafe(ref m) if m.contains("16384 bytes")), "{err}");
+        assert!(matches!(err, EditError::EntryArraysDiffer { primary: 16384, .. }), "{err}");
     }
 }
