@@ -5,9 +5,9 @@
 
 use super::{emit, emit_json, restore_hint, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
-use blkalign::backup::ToSave;
+use blkalign::backup::{self, ToSave};
 use blkalign::commit::{self, Commit, Held, Kernel};
-use blkalign::device::{self, exclusive, SysRoot, TargetKind};
+use blkalign::device::{self, exclusive, kernel, SysRoot, TargetKind};
 use blkalign::io::ReadAt;
 use blkalign::open::Opened;
 use blkalign::rescale::{self, ContentNote, Moved, Overlay, Rescaled};
@@ -124,8 +124,6 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         TargetKind::Disk => topology.logical_sector_size.value,
         TargetKind::Image => to,
     };
-    let kernel =
-        if presents == to { Kernel::Table { sector_size: to, size } } else { Kernel::Untold };
     let done = commit::commit(
         &root,
         &held,
@@ -135,19 +133,22 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
             backup: args.backup.as_deref(),
             sector_size: ss,
             identity: device::identity(&root, &target, &topology),
-            kernel,
+            // Told below, once the table reads back as the same partitions.
+            kernel: Kernel::Untold,
         },
     )
     .map_err(restore_hint)?;
     eprintln!("{}", done.backup);
-    if let Some(Err(e)) = done.table.map(|after| rescale::same_bytes(&plan.old, &after)) {
+    let after = table::read(disk, to, size).with_context(|| format!("re-reading {path}"))?;
+    if let Err(e) = rescale::same_bytes(&plan.old, &after) {
         bail!(
             "{path}: the table written does not read back as the same partitions ({e}); \
              `blkalign restore {} --yes` puts the old one back",
             done.backup.bin.display()
         );
     }
-    if let Some(told) = done.told {
+    if presents == to {
+        let told = kernel::tell(&root, &target, held.file(), &backup::kernel_parts(&after));
         told.messages().iter().for_each(|m| eprintln!("{m}"));
     }
     eprintln!("wrote the table for {to}-byte sectors to {path}; read back, every partition's bytes unchanged");
