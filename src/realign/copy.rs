@@ -2,6 +2,7 @@
 //! copy, verify, write the fixups and the table. Every step can be cut
 //! short at any moment and run again.
 
+use super::disk::Disk;
 use super::journal::{Journal, JournalError, Phase};
 use super::rescue::{self, Map};
 use super::{Move, Write};
@@ -13,28 +14,6 @@ use std::time::{Duration, Instant};
 
 /// Record progress at least this often, so a rerun redoes little.
 const COMMIT_EVERY: Duration = Duration::from_secs(1);
-
-/// Where a move's bytes go: a block device or an image file.
-pub trait Disk: Sync {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
-    /// Make every write so far durable (the drive's cache included).
-    fn flush(&self) -> io::Result<()>;
-}
-
-impl Disk for std::fs::File {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-        std::os::unix::fs::FileExt::write_all_at(self, buf, offset)
-    }
-
-    fn flush(&self) -> io::Result<()> {
-        self.sync_data()
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum MoveError {

@@ -14,6 +14,7 @@
 
 pub mod boot;
 pub mod copy;
+pub mod disk;
 pub mod grub;
 pub mod guard;
 pub mod initramfs;

@@ -4,7 +4,7 @@
 //! format beside the journal (made durable before the chunk holding it is
 //! written, so a crash never leaves a zero-filled sector unlisted).
 
-use super::copy::Disk;
+use super::disk::Disk;
 use super::Move;
 use std::io;
 use std::ops::Range;

@@ -7,7 +7,8 @@
 //! ([`Session::create_journal`]); finishing runs copy → verify → table →
 //! tell the kernel → commit Done → remove the record ([`Session::finish`]).
 
-use super::copy::{self, Disk, MoveError};
+use super::copy::{self, MoveError};
+use super::disk::Disk;
 use super::journal::{Journal, JournalError, Phase};
 use super::layers::{self, LayerShift};
 use super::place::{self, PlaceError, Placement, Request};

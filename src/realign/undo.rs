@@ -4,7 +4,7 @@
 //! changes only once the copy is verified, so until then the partition is,
 //! once its bytes are back, exactly what it was.
 
-use super::copy::Disk;
+use super::disk::Disk;
 use super::journal::{Journal, JournalError, Phase};
 use super::{Direction, Move, Write};
 use crate::io::AlignedBuf;
@@ -132,7 +132,7 @@ pub fn begin(forward: &Journal, disk: &dyn Disk) -> Result<Option<Journal>, Begi
 mod tests {
     use super::*;
     use crate::realign::copy::tests::Flaky;
-    use crate::realign::copy::{self, Disk};
+    use crate::realign::copy;
     use crate::realign::tests::sample_move;
     use std::sync::Mutex;
 
