@@ -131,8 +131,8 @@ pub fn begin(forward: &Journal, disk: &dyn Disk) -> Result<Option<Journal>, Begi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::realign::copy::tests::Flaky;
     use crate::realign::copy;
+    use crate::realign::copy::tests::Flaky;
     use crate::realign::tests::sample_move;
     use std::sync::Mutex;
 

@@ -1,0 +1,135 @@
+//! `--undo`: a stopped move taken back under its own journal, then the
+//! first journal marked undone and its record forgotten.
+
+use super::error::{io_error, Refusal, SessionError};
+use super::events::{Events, Outcome};
+use super::open::Session;
+use super::status::Status;
+use crate::realign::copy::{self, MoveError};
+use crate::realign::journal::Journal;
+use crate::realign::journal::Phase;
+use crate::realign::state;
+use crate::realign::undo::{self, BeginError};
+use std::cell::RefCell;
+
+impl Session {
+    /// Move back what the unfinished move in `forward` has moved, so the
+    /// partition is as it was before it: its own journaled move (resumed
+    /// where an earlier undo stopped), then the first journal marked
+    /// undone and its record forgotten.
+    pub fn undo(
+        &self,
+        mut forward: Journal,
+        events: &mut dyn Events,
+    ) -> Result<Outcome, SessionError> {
+        self.host.check_unused(&[forward.record.partition])?;
+        let writer = self.host.writer()?;
+        let undo_path = undo::path(forward.path());
+        let back = if undo_path.exists() {
+            Some(Journal::open(&undo_path)?)
+        } else {
+            undo::begin(&forward, &*writer).map_err(|e| match e {
+                BeginError::Undo(e) => Refusal::Undo(e).into(),
+                BeginError::Journal(e) => SessionError::Journal(e),
+                BeginError::Io { lba, source } => SessionError::Move {
+                    source: MoveError::Io { what: "writing", lba, source },
+                    journal: forward.path().to_path_buf(),
+                    way_on: self.undo_way_on(forward.record.partition),
+                },
+            })?
+        };
+        if let Some(mut back) = back {
+            if back.state.sequence > 1 {
+                events.note(&format!(
+                    "resuming the undo at {} of {} chunks",
+                    back.state.cursor,
+                    back.record.chunks()
+                ));
+            }
+            events.started(2 * back.record.bytes());
+            let result = {
+                let shared = RefCell::new(&mut *events);
+                let stop = || shared.borrow().stop_requested();
+                let mut tick = |n| shared.borrow_mut().progress(n);
+                copy::run_until(&*writer, &mut back, &mut tick, &stop, None)
+            };
+            events.stopped();
+            match result {
+                Err(MoveError::Interrupted { .. }) => {
+                    return Ok(Outcome::Stopped(format!(
+                        "interrupted: the undo of partition {}'s move is journaled in {};                          finish it with `{} --undo`",
+                        forward.record.partition,
+                        undo_path.display(),
+                        state::finish_command(&self.target.path, forward.record.partition)
+                    )));
+                }
+                Err(source) => {
+                    let way_on = self.undo_way_on(forward.record.partition);
+                    return Err(SessionError::Move { source, journal: undo_path, way_on });
+                }
+                Ok(()) => back.commit(Phase::Done, back.record.chunks(), None)?,
+            }
+        }
+        let cursor = forward.state.cursor;
+        forward.commit(Phase::Undone, cursor, None)?;
+        let absolute = std::fs::canonicalize(forward.path())
+            .map_err(io_error(format!("finding {}", forward.path().display())))?;
+        self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;
+        let scrubbed = forward.scrub().and_then(|()| match Journal::open(&undo_path) {
+            Ok(mut back) => back.scrub(),
+            Err(_) => Ok(()),
+        });
+        if let Err(e) = scrubbed {
+            events.note(&format!("warning: {e}: a journal may still hold the bytes it saved"));
+        }
+        match std::fs::remove_file(&undo_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                events.note(&format!("warning: removing {}: {e}", undo_path.display()));
+            }
+            _ => {}
+        }
+        events.undone(&Status::of(&forward));
+        Ok(Outcome::Finished)
+    }
+
+    fn undo_way_on(&self, n: u32) -> String {
+        let finish = state::finish_command(&self.target.path, n);
+        format!("Once the cause is fixed, finish the undo with `{finish} --undo`")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::realign::session::lab::{image, lab, opts, Log};
+    use crate::realign::session::options::Options;
+
+    /// A move stopped by a failing write (its chunk half-written over its
+    /// own source, saved in the journal) is undone: every byte back, the
+    /// table untouched, the move recorded undone and nothing left to
+    /// finish. A rerun of the move is refused while an undo is under way.
+    #[test]
+    fn a_stopped_move_is_undone_exactly() {
+        let lab = lab();
+        let to_64 = Options { to: Some(64), ..opts() };
+        *lab.mem.writes_left.lock().unwrap() = Some(0);
+        let err = lab.session.move_all(&to_64, &[1], &mut Log::default()).unwrap_err();
+        assert!(err.to_string().contains("--undo"), "names the way back: {err}");
+        assert_ne!(*lab.mem.bytes.lock().unwrap(), image(), "the failed write landed half");
+        let journal = lab.session.unfinished(None).unwrap().expect("stopped half-way");
+        let path = journal.path().to_path_buf();
+        // The undo itself stops on the same fault, then resumes.
+        let err = lab.session.undo(journal, &mut Log::default()).unwrap_err();
+        assert!(matches!(err, SessionError::Move { .. }), "{err}");
+        *lab.mem.writes_left.lock().unwrap() = None;
+        let journal = lab.session.unfinished(None).unwrap().expect("still unfinished");
+        let mut log = Log::default();
+        assert_eq!(lab.session.undo(journal, &mut log).unwrap(), Outcome::Finished);
+        assert_eq!(*lab.mem.bytes.lock().unwrap(), image(), "every byte as before the move");
+        assert!(lab.session.unfinished(None).unwrap().is_none());
+        assert!(lab.session.store.unfinished().is_empty(), "the record is gone");
+        assert_eq!(Journal::open(&path).unwrap().state.phase, Phase::Undone);
+        assert!(!undo::path(&path).exists(), "the undo's journal is gone");
+        assert!(std::fs::metadata(&path).unwrap().len() < 64 << 10, "saved chunks scrubbed");
+    }
+}
