@@ -1,7 +1,10 @@
 //! sfdisk scripts, as `sfdisk -d` dumps them or as written by hand: what
 //! a plan is made from.
 
-use super::{mbr_code, parse_size, Align, Label, Plan, PlanError, Request, Size, SizeError};
+use super::error::PlanError;
+use super::planned::Plan;
+use super::request::{parse_size, Align, Label, Request, Size, SizeError};
+use super::resolve::mbr_code;
 use crate::align::{lcm, Geometry};
 use crate::table::mbr;
 
@@ -317,7 +320,7 @@ impl Script {
     /// starts keep both.
     pub fn align(&self, align: Align, g: &Geometry) -> Result<Align, PlanError> {
         let Some(grain) = self.grain else { return Ok(align) };
-        let ours = super::grain(g, align)?;
+        let ours = super::grain::grain(g, align)?;
         let both = lcm(ours, grain).ok_or(PlanError::NoCommonGrain(grain, ours))?;
         Ok(Align::Bytes(both))
     }
@@ -457,6 +460,7 @@ fn script_type(value: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::tests::{disk, plan_on};
 
     #[test]
     fn scripts_parse() {
@@ -666,5 +670,29 @@ mod tests {
         let over = format!("{at_limit}{}", "#".repeat(SCRIPT_LIMIT - at_limit.len() + 1));
         assert!(parse_script(&over).unwrap_err().to_string().contains("larger than 1024 KiB"));
         assert!(parse_script([b's', 0xff, b'\n']).unwrap_err().to_string().contains("not UTF-8"));
+    }
+
+    #[test]
+    fn bounds_hold_the_plan_and_become_its_usable_range() {
+        let d = disk(64 << 20, 512);
+        let mut s =
+            parse_script("first-lba: 4096\nlast-lba: 100000\nsize=1MiB\nsize=1MiB\n").unwrap();
+        let mut p = plan_on(&d, Label::Gpt, Align::Optimal, false, &s.requests).unwrap();
+        s.bound(&mut p).unwrap();
+        assert_eq!(
+            (p.partitions[0].start, p.first_usable_lba, p.last_usable_lba),
+            (4096, 4096, 100000)
+        );
+        for (first, last, why) in [
+            (Some(10), None, "inside the partition table"),
+            (None, Some(1 << 30), "past this disk's last usable LBA"),
+            (Some(9000), Some(8000), "after last-lba"),
+            (None, Some(5000), "outside the script's"),
+        ] {
+            (s.first_lba, s.last_lba) = (first, last);
+            let mut p = plan_on(&d, Label::Gpt, Align::Optimal, false, &s.requests).unwrap();
+            let err = s.bound(&mut p).unwrap_err().to_string();
+            assert!(err.contains(why), "{first:?} {last:?}: {err}");
+        }
     }
 }
