@@ -20,8 +20,6 @@ mod events;
 mod finish;
 mod host;
 mod journals;
-#[cfg(test)]
-mod lab;
 mod open;
 mod options;
 mod read_check;
@@ -36,3 +34,6 @@ pub use host::{Device, Host, Writer};
 pub use open::Session;
 pub use options::Options;
 pub use status::Status;
+
+#[cfg(test)]
+mod lab;
