@@ -57,7 +57,7 @@ impl Session {
             match result {
                 Err(MoveError::Interrupted { .. }) => {
                     return Ok(Outcome::Stopped(format!(
-                        "interrupted: the undo of partition {}'s move is journaled in {};                          finish it with `{} --undo`",
+                        "interrupted: the undo of partition {}'s move is journaled in {}; finish it with `{} --undo`",
                         forward.record.partition,
                         undo_path.display(),
                         state::finish_command(&self.target.path, forward.record.partition)
