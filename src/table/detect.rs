@@ -11,9 +11,11 @@ use crate::device::SectorGuess;
 use crate::io::ReadAt;
 use std::io;
 
-/// Every scheme, in the order Linux tries them (block/partitions/core.c):
-/// GPT; the schemes whose sector 0 may pass for an MBR (AIX, LDM, PC-98);
-/// SGI, MBR, BSD, Sun, Amiga, Atari, Apple; then schemes we only name.
+/// Every scheme, in the order Linux tries them (`check_part[]` of
+/// block/partitions/core.c, once check.c): GPT, SGI, MBR, BSD, Sun, Amiga,
+/// Atari, Apple, then Ultrix, Karma and SYSV68, which we only name. The
+/// named schemes whose sector 0 may pass for an MBR (AIX, LDM, PC-98) are
+/// looked for right after GPT, before anything reads an MBR.
 pub static SCHEMES: [&dyn Scheme; 14] = [
     &gpt::Gpt,
     &foreign::AIX,

@@ -332,8 +332,8 @@ pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut 
 
 /// A table nested in MBR primary `slice` that Linux reads but we do not
 /// audit: Minix subpartitions (type 0x81), a UnixWare slice table (0x63)
-/// or a Solaris x86 VTOC (0x82, 0xBF). Linux numbers their partitions
-/// after the logicals, as it does BSD ones.
+/// or a Solaris x86 VTOC (0x82, 0xBF). Linux's msdos.c parses them itself
+/// and numbers their partitions after the logicals, as it does BSD ones.
 pub fn nested(dev: &dyn ReadAt, slice: &Partition, sector_size: u64) -> Option<&'static str> {
     let kind = types::parse_mbr_code(&slice.type_id)?;
     let base = slice.start.checked_mul(sector_size)?;
