@@ -8,7 +8,7 @@ pub mod reseal;
 pub mod roundtrip;
 
 use blkalign::stack::{self, Layer};
-use blkalign::table::{self, detect, mbr, scheme::Scheme, Layout, PartKind};
+use blkalign::table::{self, detect, mbr, Layout, PartKind};
 use image::Image;
 
 /// Read the partition table of the image as `audit` does (after fixing up
