@@ -112,7 +112,7 @@ impl PartitionAudit {
     /// Not the extended container (only EBRs) nor an entry that stands
     /// for the label itself (Sun's whole disk, Apple's map).
     pub fn holds_data(&self) -> bool {
-        self.partition.kind != PartKind::Extended && !table::foreign::holds_no_data(&self.partition)
+        self.partition.kind != PartKind::Extended && !table::holds_no_data(&self.partition)
     }
 }
 

@@ -8,12 +8,13 @@ pub mod reseal;
 pub mod roundtrip;
 
 use blkalign::stack::{self, Layer};
-use blkalign::table::{self, foreign, Layout, PartKind};
+use blkalign::table::{self, detect, mbr, Layout, PartKind};
 use image::Image;
 
 /// Read the partition table of the image as `audit` does (after fixing up
 /// checksums when the input asks), with the side readers that look at
-/// the same bytes: other schemes by name, nested tables in MBR slices.
+/// the same bytes: every scheme on its own (not just until one is found),
+/// nested tables in MBR slices.
 pub fn read_table(img: &mut Image) -> Option<Layout> {
     if img.reseal() {
         reseal::tables(img);
@@ -21,11 +22,14 @@ pub fn read_table(img: &mut Image) -> Option<Layout> {
     let ss = img.sector_size();
     let layout = table::read(img, ss, img.size).ok()?;
     let _ = layout.free_ranges(img.size);
-    let _ = foreign::before_mbr(img, ss);
-    let _ = foreign::recognise(img, ss, img.size);
+    if let Ok(disk) = detect::disk(img, ss, img.size) {
+        for scheme in detect::SCHEMES {
+            let _ = scheme.read(&disk, &mut Layout::blank(ss));
+        }
+    }
     for p in layout.partitions.iter().filter(|p| p.kind == PartKind::Primary) {
-        let _ = foreign::nested(img, p, ss);
-        let _ = foreign::holds_no_data(p);
+        let _ = mbr::nested(img, p, ss);
+        let _ = table::holds_no_data(p);
     }
     Some(layout)
 }

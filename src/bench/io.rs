@@ -1,9 +1,11 @@
 //! O_DIRECT access: aligned buffers, opening, device facts, and running a
 //! list of timed requests without changing the data on the device.
 
+use super::engine::Engine;
+use super::progress::Progress;
+use super::request::{BenchError, Mode, Request, CHUNK_BYTES};
 #[cfg(feature = "io_uring")]
 use super::uring::Op;
-use super::{BenchError, Engine, Progress, Request};
 use crate::device::sysfs::{block_dir, read_number};
 use crate::device::{self, DeviceError};
 use crate::io::{AlignedBuf, BUF_ALIGN};
@@ -17,22 +19,8 @@ use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Backups held in memory at once; larger workloads run in chunks, each
-/// backed up before its own timed phase. Also the largest request.
-pub(crate) const CHUNK_BYTES: u64 = 64 << 20;
-
 /// Threads reading backups: the reads are untimed, so overlap them.
 const READERS: usize = 4;
-
-/// What the timed phase does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Read,
-    /// Writes back what was read before the timed phase: nothing changes.
-    Write,
-    /// Writes a pattern over the data.
-    Destructive,
-}
 
 /// Opens `path` for O_DIRECT I/O; read-write unless `mode` only reads. A
 /// block device opened for writing is opened exclusively (O_EXCL), so that

@@ -7,8 +7,11 @@
 //! is read before the timed phase and the same bytes are written back.
 
 pub mod cpu_latency;
+mod engine;
 pub mod io;
 pub mod plan;
+mod progress;
+mod request;
 pub mod rng;
 pub mod safety;
 pub mod stats;
@@ -16,39 +19,15 @@ pub mod svg;
 #[cfg(feature = "io_uring")]
 pub mod uring;
 
-pub use io::{device_info, open_direct, reopen_direct, DeviceInfo, KernelView, Mode};
+pub use engine::{Engine, Unavailable};
+pub use io::{device_info, open_direct, reopen_direct, DeviceInfo, KernelView};
 pub use plan::{Cell, Plan, Span, Workload};
+pub use progress::{Phase, Progress};
+pub use request::{BenchError, Mode, Request};
 
 use rng::Rng;
 use serde::Serialize;
 use stats::Latency;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-
-/// What can go wrong measuring a device. The I/O errors are in the
-/// messages, so they are no `source`: printed with its chain, the cause
-/// would appear twice.
-#[derive(Debug, thiserror::Error)]
-pub enum BenchError {
-    #[error("{}: {error}", path.display())]
-    Open { path: PathBuf, error: std::io::Error },
-    #[error("{what} of {size} bytes at byte {pos}: {error}")]
-    Io { what: &'static str, pos: u64, size: u64, error: std::io::Error },
-    #[error("{}: in use ({by}); refusing to write to it", path.display())]
-    InUse { path: PathBuf, by: String },
-    #[error("{0}")]
-    Invalid(String),
-    #[error(transparent)]
-    Device(#[from] crate::device::DeviceError),
-}
-
-/// One timed request: a cell's size at a position.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Request {
-    pub cell: usize,
-    pub pos: u64,
-    pub size: u64,
-}
 
 /// One cell's summary, in phybs' terms plus latency percentiles.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -92,124 +71,6 @@ pub struct Report {
     pub cpu_latency_us: Option<u32>,
     pub results: Vec<CellResult>,
     pub ratios: Vec<Ratio>,
-}
-
-/// How requests are issued.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Engine {
-    /// One pwrite/pread at a time, as fio's psync.
-    Psync,
-    /// Up to `depth` requests in flight through io_uring.
-    #[cfg(feature = "io_uring")]
-    IoUring { depth: u32 },
-}
-
-/// Why io_uring cannot be had.
-#[derive(Debug, thiserror::Error)]
-pub enum Unavailable {
-    /// Refused by this kernel or sandbox.
-    #[cfg(feature = "io_uring")]
-    #[error("io_uring is unavailable here ({0})")]
-    Refused(std::io::Error),
-    #[cfg(not(feature = "io_uring"))]
-    #[error("built without the io_uring feature (queue depth {0} ignored)")]
-    NotBuilt(u32),
-}
-
-impl Engine {
-    /// io_uring at `depth`, when this build and this kernel allow it.
-    pub fn io_uring(depth: u32) -> Result<Engine, Unavailable> {
-        #[cfg(feature = "io_uring")]
-        return uring::check(depth)
-            .map(|()| Engine::IoUring { depth })
-            .map_err(Unavailable::Refused);
-        #[cfg(not(feature = "io_uring"))]
-        Err(Unavailable::NotBuilt(depth))
-    }
-
-    fn describe(self) -> (&'static str, u32) {
-        match self {
-            Engine::Psync => ("psync", 1),
-            #[cfg(feature = "io_uring")]
-            Engine::IoUring { depth } => ("io_uring", depth),
-        }
-    }
-}
-
-/// What a run is doing, for a progress display.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Reading what the writes will put back: untimed.
-    Backup,
-    /// Timed requests.
-    Timed,
-    /// probe's stages: where writes are fast, the smallest fast size, and
-    /// the fast offset at that size.
-    Locate,
-    Knee,
-    Sweep,
-}
-
-const PHASES: [Phase; 5] = [Phase::Backup, Phase::Timed, Phase::Locate, Phase::Knee, Phase::Sweep];
-
-/// Where a run stands, read by a progress display on another thread while
-/// the run goes on. Atomics only: counting must cost a request nothing
-/// measurable.
-#[derive(Debug)]
-pub struct Progress {
-    done: AtomicU64,
-    total: AtomicU64,
-    phase: AtomicU8,
-}
-
-impl Progress {
-    pub fn new(total: u64, phase: Phase) -> Progress {
-        Progress {
-            done: AtomicU64::new(0),
-            total: AtomicU64::new(total),
-            phase: AtomicU8::new(phase as u8),
-        }
-    }
-
-    /// For [`run`] of `plan` in `mode`: a write first reads what it will
-    /// put back.
-    pub fn of(plan: &Plan, mode: Mode) -> Progress {
-        let total = plan.cells.iter().map(|c| c.positions.len() as u64).sum();
-        Progress::new(total, if mode == Mode::Write { Phase::Backup } else { Phase::Timed })
-    }
-
-    /// Requests finished, and requests planned (probe's plan grows as its
-    /// stages find what they need).
-    pub fn counts(&self) -> (u64, u64) {
-        (self.done.load(Relaxed), self.total.load(Relaxed))
-    }
-
-    pub fn phase(&self) -> Phase {
-        PHASES[usize::from(self.phase.load(Relaxed)).min(PHASES.len() - 1)]
-    }
-
-    pub(crate) fn set_total(&self, total: u64) {
-        self.total.store(total, Relaxed);
-    }
-
-    pub(crate) fn set_phase(&self, phase: Phase) {
-        self.phase.store(phase as u8, Relaxed);
-    }
-
-    /// A backup starts: the timed phase pauses (probe's stages stay shown).
-    pub(crate) fn start_backup(&self) {
-        if self.phase.load(Relaxed) == Phase::Timed as u8 {
-            self.set_phase(Phase::Backup);
-        }
-    }
-
-    /// A request finished: any backup before it is over.
-    pub(crate) fn finish_one(&self) {
-        if self.phase.load(Relaxed) == Phase::Backup as u8 {
-            self.set_phase(Phase::Timed);
-        }
-        self.done.fetch_add(1, Relaxed);
-    }
 }
 
 /// Runs `plan` on `file` (opened by [`open_direct`]), counting each timed

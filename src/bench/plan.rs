@@ -1,8 +1,8 @@
 //! The three workloads of the articles as lists of cells (a size at an
 //! offset, with the positions to write) and their interleaved schedule.
 
+use super::request::{BenchError, Request, CHUNK_BYTES};
 use super::rng::Rng;
-use super::{BenchError, Request};
 
 /// One (size, offset) combination and every position it is measured at.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub struct Span {
 }
 
 /// The largest request: its backup is held in memory.
-pub const MAX_SIZE: u64 = super::io::CHUNK_BYTES;
+pub const MAX_SIZE: u64 = CHUNK_BYTES;
 
 /// The most requests in one run: each takes some 40 bytes of bookkeeping
 /// (position, schedule, latency) before anything is measured.

@@ -12,7 +12,7 @@
 //! spent stays small. How deep polling pays depends on how fast idle CPUs
 //! wake: see [`poll_depth`].
 
-use super::{BenchError, Request};
+use super::request::{BenchError, Request};
 use crate::io::AlignedBuf;
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Submitter};
 use std::fs::File;

@@ -5,7 +5,6 @@
 
 use super::EXIT_OK;
 use anyhow::Context;
-use clap::CommandFactory;
 use clap_mangen::roff::{bold, roman, Roff};
 use clap_mangen::Man;
 use std::path::{Path, PathBuf};
@@ -65,8 +64,9 @@ const EXIT_STATUS: [(&str, &str); 3] = [
 const SEE_ALSO: [(&str, &str); 4] =
     [("lsblk", "8"), ("sfdisk", "8"), ("parted", "8"), ("fio", "1")];
 
-pub fn man(args: ManArgs) -> anyhow::Result<u8> {
-    let top = command();
+/// `cli` is the whole parser, which `mod.rs` holds.
+pub fn man(args: ManArgs, cli: clap::Command) -> anyhow::Result<u8> {
+    let top = command(cli);
     match args.dir {
         None => super::emit(&page(&top, true)?)?,
         Some(dir) => write_pages(&top, &dir, true)?,
@@ -74,17 +74,17 @@ pub fn man(args: ManArgs) -> anyhow::Result<u8> {
     Ok(EXIT_OK)
 }
 
-pub fn completions(args: CompletionsArgs) -> anyhow::Result<u8> {
+pub fn completions(args: CompletionsArgs, cli: clap::Command) -> anyhow::Result<u8> {
     let mut out = Vec::new();
-    clap_complete::generate(args.shell, &mut command(), "blkalign", &mut out);
+    clap_complete::generate(args.shell, &mut command(cli), "blkalign", &mut out);
     super::emit(&String::from_utf8(out)?)?;
     Ok(EXIT_OK)
 }
 
 /// The full command tree, built so that subcommands know their display
 /// names (`blkalign-audit`) and usage (`blkalign audit`).
-fn command() -> clap::Command {
-    let mut cmd = super::Cli::command().disable_help_subcommand(true);
+fn command(cli: clap::Command) -> clap::Command {
+    let mut cmd = cli.disable_help_subcommand(true);
     cmd.build();
     cmd
 }
@@ -216,11 +216,12 @@ fn see_also_section(roff: &mut Roff, top: bool) {
 #[cfg(test)]
 mod tests {
     use super::{civil_date, command, page};
+    use clap::CommandFactory;
 
     /// Found by a user: probe's "inconclusive" exit 2 was on no page.
     #[test]
     fn a_command_says_its_own_exit_statuses_under_exit_status() {
-        let top = command();
+        let top = command(crate::cli::Cli::command());
         let probe = top.find_subcommand("probe").expect("probe");
         let page = page(probe, false).expect("page");
         let status = page.split(".SH \"EXIT STATUS\"").nth(1).expect("EXIT STATUS");

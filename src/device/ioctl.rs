@@ -1,9 +1,20 @@
 //! Block-device ioctls: the kernel's answer for an open device node, which
 //! can differ from sysfs for stacked or misbehaving drivers.
 
-use super::topology::Reported;
 use rustix::ioctl::{ioctl, opcode, Getter, Opcode, Updater};
 use std::fs::File;
+
+/// Raw values from one source (these ioctls, or sysfs), in bytes; None
+/// when not reported.
+#[derive(Debug, Default)]
+pub(crate) struct Reported {
+    pub logical: Option<u64>,
+    pub physical: Option<u64>,
+    pub minimum_io: Option<u64>,
+    pub optimal_io: Option<u64>,
+    pub alignment_offset: Option<u64>,
+    pub size_bytes: Option<u64>,
+}
 
 // From linux/fs.h. The "_IO" ones still write their answer through the
 // pointer argument, hence Getter.

@@ -2,9 +2,10 @@
 //! keeping for every value the source that vouched for it.
 
 use super::drive::{self, Answer, Drive, Protocol};
+use super::ioctl::{self, Reported};
 use super::quirks::quirk_for;
 use super::sysfs::{read_text, read_u64, SysRoot};
-use super::{ioctl, DeviceError, Overrides, Source, Sourced, Target, TargetKind, Topology};
+use super::{DeviceError, Overrides, Source, Sourced, Target, TargetKind, Topology};
 use std::fs::File;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
@@ -12,17 +13,6 @@ use std::path::{Path, PathBuf};
 /// Some USB-SATA bridges report 0xFFFF sectors of 512 bytes as optimal I/O
 /// whatever the disk behind them.
 const BOGUS_OPTIMAL_IO: u64 = 33_553_920;
-
-/// Raw values from one source, in bytes; None when not reported.
-#[derive(Debug, Default)]
-pub(crate) struct Reported {
-    pub logical: Option<u64>,
-    pub physical: Option<u64>,
-    pub minimum_io: Option<u64>,
-    pub optimal_io: Option<u64>,
-    pub alignment_offset: Option<u64>,
-    pub size_bytes: Option<u64>,
-}
 
 /// What an image's table tells of its logical sector size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,7 @@
 //! holds cached copies in buckets from its first bucket on.
 
 use super::layers::{Details, Found, Layer};
-use super::signature::{text, Contents, Region};
+use super::region::{text, Contents, Region};
 use crate::io::{le_u16, le_u32, le_u64};
 
 /// The superblock's place on the device (`SB_SECTOR` 8) and its length.

@@ -3,7 +3,8 @@
 //! (ext4 stride, XFS sector size and stripe unit, ZFS ashift).
 
 use super::layers::{Details, Found, Layer};
-use super::signature::{fat_bpb, swap_page, Contents, Kind, Region};
+use super::region::{Contents, Kind, Region};
+use super::signature::{fat_bpb, swap_page};
 use super::zfs;
 use crate::io::{be_u16, be_u32};
 use crate::io::{le_u16, le_u32};

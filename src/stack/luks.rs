@@ -2,7 +2,7 @@
 //! sector. What lies inside is ciphertext, so the walk stops here.
 
 use super::layers::{Details, Found, Layer};
-use super::signature::{text, Contents, Region};
+use super::region::{text, Contents, Region};
 use crate::io::{be_u16, be_u32, be_u64};
 
 /// LUKS1 counts in 512-byte sectors and always encrypts 512-byte sectors.

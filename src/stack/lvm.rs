@@ -5,7 +5,8 @@
 //! segment lies on this PV.
 
 use super::layers::{Details, Found, Layer};
-use super::signature::{has, lvm_crc, lvm_label, Contents, Kind, Region};
+use super::region::{has, Contents, Kind, Region};
+use super::signature::{lvm_crc, lvm_label};
 use crate::io::{le_u32, le_u64};
 
 const SECTOR: u64 = 512;

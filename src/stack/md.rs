@@ -3,7 +3,8 @@
 //! bytes (where the next layer's header is) lie on this member.
 
 use super::layers::{Details, Found, Layer};
-use super::signature::{md_superblock, Contents, Region, MD_MAGIC};
+use super::region::{Contents, Region};
+use super::signature::{md_superblock, MD_MAGIC};
 use crate::io::be_u32;
 use crate::io::{le_u16, le_u32, le_u64};
 

@@ -8,15 +8,19 @@ mod layers;
 mod luks;
 mod lvm;
 mod md;
+mod region;
 mod signature;
 mod startrec;
 mod verdict;
+mod walk;
 mod zfs;
 
-pub use layers::{walk, Details, Layer};
-pub use signature::{fs_uuid, identify, Contents, Kind};
+pub use layers::{Details, Layer};
+pub use region::{Contents, Kind};
+pub use signature::{fs_uuid, identify};
 pub use startrec::{start_fixups, Patch, StackError};
 pub use verdict::{compensates, judge, LayerVerdict};
+pub use walk::walk;
 
 #[cfg(test)]
 mod peers;

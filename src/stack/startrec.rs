@@ -2,7 +2,8 @@
 //! and the patches that keep them true when a partition moves: Windows and
 //! fsck check them, and boot code uses them to find the volume.
 
-use super::signature::{fat_bpb, identify, Kind, Region};
+use super::region::{Kind, Region};
+use super::signature::{fat_bpb, identify};
 use crate::io::{le_u16, le_u32, le_u64, ReadAt};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! leading 256 KiB labels, walked just far enough to find the pool name
 //! and the top-level vdev's `ashift`.
 
-use super::signature::Region;
+use super::region::Region;
 use crate::io::{be_u32, be_u64};
 
 const LABEL_BYTES: u64 = 256 << 10;

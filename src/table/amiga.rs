@@ -5,8 +5,10 @@
 //! DosEnvec in blocks of rdb_BlockBytes. Big-endian. Linux counts 512-byte
 //! units whatever the disk's logical sector.
 
-use super::foreign::{in_logical_sectors, read_bytes};
-use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use super::common::{in_logical_sectors, read_bytes};
+use super::error::TableError;
+use super::scheme::{Disk, Found, Scheme};
+use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::{be_u32, ReadAt};
 
 /// "RDSK" and "PART".
@@ -109,10 +111,29 @@ fn list(blocks: &[u64]) -> String {
     blocks.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
 }
 
+/// The Amiga Rigid Disk Block.
+pub struct Amiga;
+
+impl Scheme for Amiga {
+    fn name(&self) -> &'static str {
+        "amiga"
+    }
+
+    /// Linux's amiga.c gives way to the parsers after it when it makes no
+    /// partition (an RDB without any, or one it cannot follow): `Empty`.
+    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+        Ok(match read_into(disk.dev, layout)? {
+            false => Found::No,
+            true if layout.partitions.is_empty() => Found::Empty,
+            true => Found::Table,
+        })
+    }
+}
+
 /// Fill `layout` when the disk holds an Amiga RDB (one whose checksum
 /// holds, or an "RDSK" block whose checksum fails); false when it does
 /// not. Partitions are those Linux makes, numbered as it numbers them.
-pub(crate) fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
+fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
     let mut problems = Vec::new();
     let found = find_rdb(dev, &mut problems)?;
     let Some((_, rdb)) = found else {
@@ -371,7 +392,7 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::fixtures::*;
-    use crate::table::foreign::test_support::{read_alone, read_mutated};
+    use crate::table::common::test_support::{read_alone, read_mutated};
     use crate::table::{read, Label, Layout};
     use proptest::prelude::*;
 

@@ -2,8 +2,10 @@
 //! the driver descriptor in sector 0 gives the map's block size, the map's
 //! entries fill blocks 1 to N, and Linux numbers them in that order.
 
-use super::foreign::{in_logical_sectors, libblkid_differs, read_bytes};
-use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use super::common::{in_logical_sectors, libblkid_differs, read_bytes};
+use super::error::TableError;
+use super::scheme::{Disk, Found, Scheme};
+use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::ReadAt;
 use crate::io::{be_u16, be_u32};
 
@@ -16,9 +18,26 @@ const MAX_ENTRIES: u32 = 256;
 /// Types of entries that hold no data: the map itself and free space.
 pub const NO_DATA: [&str; 3] = ["Apple_partition_map", "Apple_Free", "Apple_Void"];
 
+/// The Apple partition map.
+pub struct Apm;
+
+impl Scheme for Apm {
+    fn name(&self) -> &'static str {
+        "mac"
+    }
+
+    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+        Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
+    }
+
+    fn holds_no_data(&self, p: &Partition) -> bool {
+        p.kind == PartKind::Mac && NO_DATA.contains(&p.type_id.as_str())
+    }
+}
+
 /// Fill `layout` when the disk holds an Apple partition map; false when
 /// it does not. A map Linux ignores is reported with no partitions.
-pub(crate) fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
+fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
     let Some(descriptor) = read_bytes(dev, 0, 512)? else { return Ok(false) };
     if be_u16(&descriptor, 0) != Some(DRIVER_MAGIC) {
         return Ok(false);
@@ -110,7 +129,7 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::fixtures::*;
-    use crate::table::foreign::test_support::read_mutated;
+    use crate::table::common::test_support::read_mutated;
     use crate::table::{read, Label, Layout};
     use proptest::prelude::*;
 

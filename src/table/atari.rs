@@ -5,8 +5,10 @@
 //! further entries. There is no magic: a root sector is Atari when one of
 //! its four entries looks valid. Linux reads it only on 512-byte sectors.
 
-use super::foreign::{in_logical_sectors, read_bytes};
-use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use super::common::{in_logical_sectors, read_bytes};
+use super::error::TableError;
+use super::scheme::{Disk, Found, Scheme};
+use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::{be_u32, ReadAt};
 
 /// Where the four AHDI entries and the eight ICD ones sit.
@@ -74,13 +76,22 @@ fn is_root(sector0: &[u8], size_bytes: u64) -> bool {
     root_entries(sector0, ENTRIES_AT, 4).iter().any(|e| e.valid(units))
 }
 
+/// The Atari AHDI root sector.
+pub struct Atari;
+
+impl Scheme for Atari {
+    fn name(&self) -> &'static str {
+        "atari"
+    }
+
+    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+        Ok(if read_into(disk.dev, disk.size_bytes, layout)? { Found::Table } else { Found::No })
+    }
+}
+
 /// Fill `layout` when sector 0 is an Atari root sector; false when it is
 /// not. Partitions are those Linux makes, numbered as it numbers them.
-pub(crate) fn read_into(
-    dev: &dyn ReadAt,
-    size_bytes: u64,
-    layout: &mut Layout,
-) -> Result<bool, TableError> {
+fn read_into(dev: &dyn ReadAt, size_bytes: u64, layout: &mut Layout) -> Result<bool, TableError> {
     let Some(root) = read_bytes(dev, 0, 512)? else { return Ok(false) };
     if !is_root(&root, size_bytes) {
         return Ok(false);
@@ -288,7 +299,7 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::fixtures::*;
-    use crate::table::foreign::test_support::read_mutated;
+    use crate::table::common::test_support::read_mutated;
     use crate::table::{read, Label, Layout};
     use proptest::prelude::*;
 

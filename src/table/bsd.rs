@@ -3,8 +3,10 @@
 //! reads), and nested in MBR slices of type 0xA5, 0xA6 or 0xA9 (read as
 //! Linux's msdos.c parse_bsd reads them). Positions count 512-byte units.
 
-use super::foreign::{in_logical_sectors, libblkid_differs, read_bytes};
-use super::{types, Label, Layout, PartKind, Partition, Problem, TableError};
+use super::common::{in_logical_sectors, libblkid_differs, read_bytes};
+use super::error::TableError;
+use super::scheme::{Disk, Found, Scheme};
+use super::{types, Label, Layout, PartKind, Partition, Problem};
 use crate::io::be_u16;
 use crate::io::{le_u16, le_u32, ReadAt};
 
@@ -81,10 +83,27 @@ fn check_sum(label: &[u8], layout: &mut Layout) {
     }
 }
 
+/// A BSD disklabel on the whole disk.
+pub struct Bsd;
+
+impl Scheme for Bsd {
+    fn name(&self) -> &'static str {
+        "bsd"
+    }
+
+    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+        Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
+    }
+
+    fn holds_no_data(&self, p: &Partition) -> bool {
+        p.kind == PartKind::Bsd && p.type_id == UNUSED
+    }
+}
+
 /// Fill `layout` from a BSD label on the whole disk; false when there is
 /// none. A Sun label in sector 0 wins over one in sector 1, as it does for
 /// the kernel and libblkid.
-pub(crate) fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
+fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
     let Some(sector0) = read_bytes(dev, 0, 512)? else { return Ok(false) };
     let alpha = sector0.get(ALPHA_AT..).unwrap_or_default();
     if le_u32(alpha, 0) == Some(MAGIC) {
@@ -290,8 +309,8 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::fixtures::*;
+    use crate::table::common::test_support::{read_alone, read_mutated, Seal};
     use crate::table::fixtures::mbr_entry;
-    use crate::table::foreign::test_support::{read_alone, read_mutated, Seal};
     use crate::table::{mbr, read, Label, Layout, PartKind};
     use proptest::prelude::*;
 

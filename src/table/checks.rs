@@ -1,8 +1,7 @@
 //! Checks on a layout as read, whatever its scheme: partitions past the
 //! end of the device, and partitions that overlap.
 
-use super::{foreign, mbr, types, Layout, PartKind, Partition, Problem};
-use crate::io::ReadAt;
+use super::{mbr, types, Layout, PartKind, Partition, Problem};
 
 /// One past the last sector of `p`, or None if that overflows.
 fn end_of(p: &Partition) -> Option<u64> {
@@ -25,8 +24,13 @@ pub(super) fn check_bounds(layout: &mut Layout, sectors: u64) {
 
 /// Report overlapping partitions. A sweep in start order keeps this linear
 /// for GPTs with many entries; the extended container is checked apart,
-/// since it holds its logicals by design.
-pub(super) fn check_overlaps(layout: &mut Layout, is_iso: impl FnOnce() -> bool) {
+/// since it holds its logicals by design, and so are entries that hold no
+/// data (`no_data`, which the schemes answer).
+pub(super) fn check_overlaps(
+    layout: &mut Layout,
+    is_iso: impl FnOnce() -> bool,
+    no_data: impl Fn(&Partition) -> bool,
+) {
     let mut pairs = Vec::new();
     let nested = layout.partitions.iter().any(|p| p.kind == PartKind::Bsd);
     // Containers hold their logicals or BSD partitions by design.
@@ -36,11 +40,8 @@ pub(super) fn check_overlaps(layout: &mut Layout, is_iso: impl FnOnce() -> bool)
                 && p.kind == PartKind::Primary
                 && types::parse_mbr_code(&p.type_id).is_some_and(|c| mbr::BSD_TYPES.contains(&c)))
     };
-    let mut sorted: Vec<&Partition> = layout
-        .partitions
-        .iter()
-        .filter(|p| p.size > 0 && !container(p) && !foreign::holds_no_data(p))
-        .collect();
+    let mut sorted: Vec<&Partition> =
+        layout.partitions.iter().filter(|p| p.size > 0 && !container(p) && !no_data(p)).collect();
     sorted.sort_by_key(|p| (p.start, p.number));
     let mut reach: Option<(&Partition, u64)> = None;
     for p in sorted {
@@ -104,12 +105,6 @@ fn intersects(a: &Partition, b: &Partition) -> bool {
     let a_end = end_of(a).unwrap_or(u64::MAX);
     let b_end = end_of(b).unwrap_or(u64::MAX);
     a.size > 0 && b.size > 0 && a.start < b_end && b.start < a_end
-}
-
-/// An ISO 9660 file system from byte 0: a hybrid ISO image.
-pub(super) fn holds_iso(dev: &dyn ReadAt, size_bytes: u64) -> bool {
-    let found = crate::stack::identify(dev, 0, size_bytes).ok().flatten();
-    found.is_some_and(|c| c.kind == crate::stack::Kind::Iso9660)
 }
 
 fn overlap(a: &Partition, b: &Partition) -> Problem {

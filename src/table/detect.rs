@@ -1,37 +1,46 @@
-//! Which table a disk holds, tried in the kernel's order, and which
-//! logical sector size an image's table implies.
+//! Which table a disk holds, tried in the kernel's order from one list of
+//! schemes, and which logical sector size an image's table implies.
 
-use super::checks::{check_bounds, check_overlaps, holds_iso};
+use super::checks::{check_bounds, check_overlaps};
+use super::common::holds_iso;
+use super::error::TableError;
+use super::scheme::{Disk, Found, Scheme};
 use super::{amiga, apm, atari, bsd, foreign, gpt, mbr, sgi, sun};
 use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::device::SectorGuess;
 use crate::io::ReadAt;
 use std::io;
 
-#[derive(Debug, thiserror::Error)]
-pub enum TableError {
-    #[error("cannot read the partition table: {0}")]
-    Io(#[from] io::Error),
-    /// Neither copy of a GPT can be used: why not, each.
-    #[error(
-        "corrupt partition table with no usable copy: primary GPT at LBA 1: {primary}; \
-         backup GPT at LBA {backup_lba}: {backup}"
-    )]
-    Unusable { primary: gpt::CopyError, backup_lba: u64, backup: gpt::CopyError },
-    #[error("unsupported sector size {0} (must be a power of two from 512 to 4096)")]
-    SectorSize(u64),
-}
+/// Every scheme, in the order Linux tries them (`check_part[]` of
+/// block/partitions/core.c, once check.c): GPT, SGI, MBR, BSD, Sun, Amiga,
+/// Atari, Apple, then Ultrix, Karma and SYSV68, which we only name. The
+/// named schemes whose sector 0 may pass for an MBR (AIX, LDM, PC-98) are
+/// looked for right after GPT, before anything reads an MBR.
+pub static SCHEMES: [&dyn Scheme; 14] = [
+    &gpt::Gpt,
+    &foreign::AIX,
+    &foreign::LDM,
+    &foreign::PC98,
+    &sgi::Sgi,
+    &mbr::Dos,
+    &bsd::Bsd,
+    &sun::Sun,
+    &amiga::Amiga,
+    &atari::Atari,
+    &apm::Apm,
+    &foreign::ULTRIX,
+    &foreign::KARMA,
+    &foreign::SYSV68,
+];
 
 /// Read whatever table `dev` holds. `sector_size` is the logical sector
 /// size (512..=4096, power of two); `size_bytes` the device or image size.
-/// Schemes are tried in the kernel's order (block/partitions/core.c): GPT,
-/// SGI, MBR, BSD, Sun, Amiga, Atari, Apple; then schemes we only name; then contents
-/// that start at byte 0 of a disk without a table.
+/// Schemes are tried in [`SCHEMES`]' order; a disk that holds none may
+/// hold contents that start at byte 0.
 pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layout, TableError> {
     if !crate::units::is_sector_size(sector_size, 4096) {
         return Err(TableError::SectorSize(sector_size));
     }
-    let sectors = size_bytes / sector_size;
     let mut layout = Layout::blank(sector_size);
     if size_bytes < 512 {
         layout.problems.push(Problem::new(
@@ -40,74 +49,61 @@ pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layou
         ));
         return Ok(layout);
     }
-    let lba0 = read_prefix(dev, sector_size, size_bytes)?;
-    let mbr = mbr::Mbr::parse(&lba0);
-    let mbr_in_use = mbr.as_ref().is_some_and(mbr::Mbr::in_use);
-    let guarded = mbr.as_ref().is_some_and(mbr::Mbr::guards_gpt);
-    if guarded || (!mbr_in_use && sectors > 2 && gpt::primary_valid(dev, sector_size, sectors)) {
-        if let Some(mbr) = &mbr {
-            layout.mbr = Some(mbr.gpt_guard_info(&mut layout.problems));
-        }
-        if !guarded {
-            layout.problems.push(Problem::new(
-                "gpt_without_protective_mbr",
-                "valid GPT at LBA 1 but no protective MBR (type 0xEE): \
-                 Linux ignores this GPT unless booted with `gpt`",
-            ));
-        }
-        gpt::read_into(dev, sectors, &mut layout)?;
-    } else if let Some(scheme) = foreign::before_mbr(dev, sector_size) {
-        layout.label = Label::Unsupported;
-        layout.scheme = Some(scheme);
-    } else if !sgi::read_into(dev, &mut layout)? {
-        let is_mbr = match mbr.as_ref().filter(|m| m.boot_indicators_valid()) {
-            Some(mbr) => mbr::read_with_checks(dev, mbr, sectors, size_bytes, &mut layout)?,
-            None => false,
-        };
-        // A file system's boot sector, already named, is not another scheme.
-        if !is_mbr && layout.contents.is_none() {
-            read_other(dev, size_bytes, &mut layout)?;
-        }
+    let disk = disk(dev, sector_size, size_bytes)?;
+    if !read_schemes(&disk, &mut layout)? && layout.contents.is_none() {
+        layout.contents = crate::stack::identify(dev, 0, size_bytes)?;
     }
     layout.partitions.sort_by_key(|p| p.number);
-    check_bounds(&mut layout, sectors);
-    check_overlaps(&mut layout, || holds_iso(dev, size_bytes));
+    check_bounds(&mut layout, disk.sectors);
+    check_overlaps(&mut layout, || holds_iso(dev, size_bytes), holds_no_data);
     Ok(layout)
 }
 
-/// A disk with neither GPT nor MBR: another scheme, or contents at byte 0.
-fn read_other(dev: &dyn ReadAt, size_bytes: u64, layout: &mut Layout) -> Result<(), TableError> {
-    for read in [bsd::read_into, sun::read_into] {
-        if read(dev, layout)? {
-            return Ok(());
+/// What every scheme's reader is given of `dev`.
+pub fn disk(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> io::Result<Disk<'_>> {
+    let sectors = size_bytes / sector_size;
+    Ok(Disk {
+        dev,
+        sector_size,
+        size_bytes,
+        sectors,
+        sector0: read_prefix(dev, sector_size, size_bytes)?,
+        gpt_at_lba1: sectors > 2 && gpt::primary_valid(dev, sector_size, sectors),
+    })
+}
+
+/// Try each scheme in turn until one holds the disk, or names what is on
+/// it (a file system's boot sector is not another scheme); false when none
+/// does. A label without partitions (`Found::Empty`) stays unless an
+/// audited scheme after it finds its table.
+fn read_schemes(disk: &Disk<'_>, layout: &mut Layout) -> Result<bool, TableError> {
+    let mut empty = None;
+    for scheme in SCHEMES {
+        if empty.is_some() && !scheme.audited() {
+            break;
+        }
+        let before = layout.clone();
+        match scheme.read(disk, layout)? {
+            Found::Table => return Ok(true),
+            Found::Empty => {
+                let label = std::mem::replace(layout, before);
+                empty = empty.or(Some(label));
+            }
+            Found::No if layout.contents.is_some() => return Ok(false),
+            Found::No => {}
         }
     }
-    // Linux's amiga.c gives way to the parsers after it when it makes no
-    // partition (an RDB without any, or one it cannot follow): a later
-    // scheme found then wins, else the RDB is reported.
-    let before = layout.clone();
-    let rdb = amiga::read_into(dev, layout)?;
-    if rdb && !layout.partitions.is_empty() {
-        return Ok(());
+    let found = empty.is_some();
+    if let Some(label) = empty {
+        *layout = label;
     }
-    let rdb = rdb.then(|| std::mem::replace(layout, before));
-    let atari = |dev: &dyn ReadAt, layout: &mut Layout| atari::read_into(dev, size_bytes, layout);
-    for read in [&atari as &dyn Fn(&dyn ReadAt, &mut Layout) -> _, &apm::read_into] {
-        if read(dev, layout)? {
-            return Ok(());
-        }
-    }
-    if let Some(rdb) = rdb {
-        *layout = rdb;
-        return Ok(());
-    }
-    if let Some(scheme) = foreign::recognise(dev, layout.sector_size, size_bytes) {
-        layout.label = Label::Unsupported;
-        layout.scheme = Some(scheme);
-        return Ok(());
-    }
-    layout.contents = crate::stack::identify(dev, 0, size_bytes)?;
-    Ok(())
+    Ok(found)
+}
+
+/// Whether `p` holds no data of its own by its scheme's custom (see
+/// [`Scheme::holds_no_data`]).
+pub fn holds_no_data(p: &Partition) -> bool {
+    SCHEMES.iter().any(|s| s.holds_no_data(p))
 }
 
 /// The first sector, zero-padded when the device is shorter than one: a
@@ -210,4 +206,45 @@ fn recognised(dev: &dyn ReadAt, layout: &Layout) -> usize {
         crate::stack::identify(dev, at, len).ok().flatten().is_some()
     };
     layout.partitions.iter().filter(|p| p.kind != PartKind::Extended).filter(holds).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The list is check.c's order (LDM and PC-98 where sector 0 could
+    /// pass for an MBR): a scheme moved in it changes what disks hold.
+    #[test]
+    fn schemes_in_the_kernels_order() {
+        let names: Vec<&str> = SCHEMES.iter().map(|s| s.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "gpt", "aix", "ldm", "pc98", "sgi", "dos", "bsd", "sun", "amiga", "atari", "mac",
+                "ultrix", "karma", "sysv68"
+            ]
+        );
+        let named: Vec<&str> = SCHEMES.iter().filter(|s| !s.audited()).map(|s| s.name()).collect();
+        assert_eq!(named, ["aix", "ldm", "pc98", "ultrix", "karma", "sysv68"]);
+    }
+
+    #[test]
+    fn entries_without_data() {
+        let entry = |kind: PartKind, type_id: &str| Partition {
+            number: 3,
+            start: 0,
+            size: 64,
+            kind,
+            type_id: type_id.into(),
+            name: None,
+            ebr: None,
+        };
+        assert!(holds_no_data(&entry(PartKind::Sun, "0x05")));
+        assert!(holds_no_data(&entry(PartKind::Sgi, "0x06")));
+        assert!(holds_no_data(&entry(PartKind::Bsd, "0x00")));
+        assert!(holds_no_data(&entry(PartKind::Mac, "Apple_Free")));
+        assert!(!holds_no_data(&entry(PartKind::Sgi, "0x00")));
+        assert!(!holds_no_data(&entry(PartKind::Primary, "0x05")));
+        assert!(!holds_no_data(&entry(PartKind::Mac, "Apple_HFS")));
+    }
 }

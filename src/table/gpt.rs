@@ -1,7 +1,11 @@
 //! GPT: a header at LBA 1 and its backup at the last LBA, each pointing at
 //! a copy of the partition entry array.
 
-use super::{GptInfo, Label, Layout, PartKind, Partition, Problem, TableError};
+use super::error::TableError;
+pub use super::error::{CopyError, HeaderError};
+use super::mbr::Mbr;
+use super::scheme::{Disk, Found, Scheme};
+use super::{GptInfo, Label, Layout, PartKind, Partition, Problem};
 
 use crate::io::{le_u32, le_u64, read_lba, read_sectors, ReadAt};
 use std::fmt;
@@ -22,57 +26,6 @@ const ENTRY_BYTES: usize = ENTRY_SIZE as usize;
 /// The entry array a new table gets: 128 entries of 128 bytes, as every
 /// tool writes it.
 pub const NEW_ARRAY_BYTES: u64 = 128 * 128;
-
-/// Why a header's bytes are not a GPT header.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum HeaderError {
-    #[error("header has no \"EFI PART\" signature")]
-    Signature,
-    #[error("header is truncated")]
-    Truncated,
-    #[error("header revision {0:#010x} is not 1.x")]
-    Revision(u32),
-    #[error("header size {size} is outside {HEADER_SIZE}..={sector}")]
-    Size { size: u32, sector: usize },
-    #[error("header CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")]
-    Crc { stored: u32, computed: u32 },
-}
-
-/// Why one copy of the table (a header and its entry array) is unusable;
-/// phrased to follow "primary GPT " or similar.
-#[derive(Debug, thiserror::Error)]
-pub enum CopyError {
-    #[error("header at LBA {0} lies past the end of the device")]
-    PastEnd(u64),
-    #[error("header at LBA {0} cannot be read: {1}")]
-    HeaderUnreadable(u64, std::io::Error),
-    #[error(transparent)]
-    Header(#[from] HeaderError),
-    #[error("header at LBA {lba} says it lives at LBA {my_lba}")]
-    Misplaced { lba: u64, my_lba: u64 },
-    #[error("header gives an invalid entry size of {0} bytes")]
-    EntrySize(u32),
-    #[error("header gives an implausible entry array of {0} bytes")]
-    ArrayTooLarge(u64),
-    #[error("header's first usable LBA {0} is after its last usable LBA {1}")]
-    Inverted(u64, u64),
-    #[error("entry array at LBA {0} runs past the end of the device")]
-    ArrayPastEnd(u64),
-    #[error("entry array at LBA {0} cannot be read: {1}")]
-    ArrayUnreadable(u64, std::io::Error),
-    #[error("entry array too large")]
-    ArrayBytes,
-    #[error("entry array is truncated")]
-    ArrayTruncated,
-    #[error("entry array CRC mismatch (stored {stored:#010x}, computed {computed:#010x})")]
-    ArrayCrc { stored: u32, computed: u32 },
-    #[error("entry size too large")]
-    EntryBytes,
-    #[error("entry is truncated")]
-    EntryTruncated,
-    #[error("device has no room for a backup header")]
-    NoRoom,
-}
 
 /// A GUID as stored: the first three fields little-endian.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -165,7 +118,11 @@ impl Header {
             .ok()
             .filter(|&n| n >= HEADER_BYTES)
             .and_then(|n| sector.get(..n))
-            .ok_or(HeaderError::Size { size: header_size, sector: sector.len() })?;
+            .ok_or(HeaderError::Size {
+                size: header_size,
+                min: HEADER_SIZE,
+                sector: sector.len(),
+            })?;
         let header_crc = le_u32(raw, HEADER_CRC_AT).ok_or(HeaderError::Truncated)?;
         let computed = header_crc_of(raw);
         if computed != header_crc {
@@ -362,17 +319,45 @@ fn read_entries(dev: &dyn ReadAt, h: &Header, sector_size: u64) -> Result<Vec<En
     array.chunks_exact(size).map(|raw| Entry::parse(raw).ok_or(CopyError::EntryTruncated)).collect()
 }
 
+/// The GUID partition table, behind its protective MBR.
+pub struct Gpt;
+
+impl Scheme for Gpt {
+    fn name(&self) -> &'static str {
+        "gpt"
+    }
+
+    /// Read when an MBR guards it with a 0xEE entry, or when no MBR is in
+    /// use and LBA 1 holds a valid GPT (which Linux ignores without `gpt`).
+    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+        let mbr = Mbr::parse(&disk.sector0);
+        let guarded = mbr.as_ref().is_some_and(Mbr::guards_gpt);
+        let mbr_in_use = mbr.as_ref().is_some_and(Mbr::in_use);
+        if !guarded && (mbr_in_use || !disk.gpt_at_lba1) {
+            return Ok(Found::No);
+        }
+        if let Some(mbr) = &mbr {
+            layout.mbr = Some(mbr.gpt_guard_info(&mut layout.problems));
+        }
+        if !guarded {
+            layout.problems.push(Problem::new(
+                "gpt_without_protective_mbr",
+                "valid GPT at LBA 1 but no protective MBR (type 0xEE): \
+                 Linux ignores this GPT unless booted with `gpt`",
+            ));
+        }
+        read_into(disk.dev, disk.sectors, layout)?;
+        Ok(Found::Table)
+    }
+}
+
 /// Whether LBA 1 holds a fully valid primary GPT.
 pub(crate) fn primary_valid(dev: &dyn ReadAt, sector_size: u64, sectors: u64) -> bool {
     read_table(dev, 1, sector_size, sectors).is_ok()
 }
 
 /// Fill `layout` from the best copy of the GPT, noting every problem.
-pub(crate) fn read_into(
-    dev: &dyn ReadAt,
-    sectors: u64,
-    layout: &mut Layout,
-) -> Result<(), TableError> {
+fn read_into(dev: &dyn ReadAt, sectors: u64, layout: &mut Layout) -> Result<(), TableError> {
     let ss = layout.sector_size;
     let last = sectors.saturating_sub(1);
     let primary = read_table(dev, 1, ss, sectors);

@@ -1,6 +1,9 @@
 //! The MBR in LBA 0 and the chain of EBRs inside an extended partition.
 
-use super::{gpt, Label, Layout, MbrInfo, PartKind, Partition, Problem, TableError};
+use super::common::{holds_iso, read_bytes, VTOC_SANE};
+use super::error::TableError;
+use super::scheme::{Disk, Found, Scheme};
+use super::{bsd, types, Label, Layout, MbrInfo, PartKind, Partition, Problem};
 
 use crate::io::{le_u16, le_u32, read_lba, ReadAt};
 use crate::stack::{self as signature, Contents, Kind};
@@ -196,17 +199,29 @@ fn chs(lba: u64) -> [u8; 3] {
     [head as u8, (sector as u8) | ((cylinder >> 2) as u8 & 0xC0), cylinder as u8]
 }
 
+/// The MBR ("dos" to libblkid) with its EBR chains.
+pub struct Dos;
+
+impl Scheme for Dos {
+    fn name(&self) -> &'static str {
+        "dos"
+    }
+
+    /// Without valid boot indicators sector 0 is boot code, not a table.
+    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+        let Some(mbr) = Mbr::parse(&disk.sector0).filter(Mbr::boot_indicators_valid) else {
+            return Ok(Found::No);
+        };
+        Ok(if read_with_checks(disk, &mbr, layout)? { Found::Table } else { Found::No })
+    }
+}
+
 /// Read `mbr` as the kernel and libblkid do, into `layout`; false when
 /// sector 0 is a file system's boot sector rather than a table (then only
 /// `layout.contents` and the kernel's view of it are filled). A hybrid ISO's GPT is noted as intentional, any
 /// other GPT behind a MBR without a 0xEE entry as stale.
-pub(crate) fn read_with_checks(
-    dev: &dyn ReadAt,
-    mbr: &Mbr,
-    sectors: u64,
-    size_bytes: u64,
-    layout: &mut Layout,
-) -> Result<bool, TableError> {
+fn read_with_checks(disk: &Disk<'_>, mbr: &Mbr, layout: &mut Layout) -> Result<bool, TableError> {
+    let (dev, sectors, size_bytes) = (disk.dev, disk.sectors, disk.size_bytes);
     if let Some(fs) = boot_sector_filesystem(dev, size_bytes)? {
         if mbr.in_use() {
             let mut kernel = Layout::blank(layout.sector_size);
@@ -220,7 +235,7 @@ pub(crate) fn read_with_checks(
         layout.contents = Some(fs);
         return Ok(false);
     }
-    if mbr.in_use() && sectors > 2 && gpt::primary_valid(dev, layout.sector_size, sectors) {
+    if mbr.in_use() && disk.gpt_at_lba1 {
         layout.problems.push(behind_mbr(dev, size_bytes));
     }
     read_into(dev, mbr, sectors, layout);
@@ -258,7 +273,7 @@ fn kernel_reads_boot_code(fs: &Contents, kernel: &Layout) -> Problem {
 
 /// What a valid GPT behind an MBR with partitions but no 0xEE entry is.
 fn behind_mbr(dev: &dyn ReadAt, size_bytes: u64) -> Problem {
-    if super::checks::holds_iso(dev, size_bytes) {
+    if holds_iso(dev, size_bytes) {
         Problem::new(
             "hybrid_iso",
             "a hybrid ISO image (xorriso/isohybrid): Linux and BIOS read its MBR, EFI firmware \
@@ -294,7 +309,7 @@ pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut 
         let part = partition(number, u64::from(e.start_lba), e, kind, None);
         if BSD_TYPES.contains(&e.kind) {
             slices.push(part.clone());
-        } else if let Some(scheme) = super::foreign::nested(dev, &part, layout.sector_size) {
+        } else if let Some(scheme) = nested(dev, &part, layout.sector_size) {
             layout.scheme = Some(scheme);
         }
         layout.partitions.push(part.clone());
@@ -308,11 +323,38 @@ pub(crate) fn read_into(dev: &dyn ReadAt, mbr: &Mbr, sectors: u64, layout: &mut 
         }
     }
     for slice in &slices {
-        let found = super::bsd::read_nested(dev, slice, &mut next, layout);
+        let found = bsd::read_nested(dev, slice, &mut next, layout);
         layout.partitions.extend(found);
     }
     layout.label = if layout.scheme.is_some() { Label::Unsupported } else { Label::Mbr };
     layout.mbr = Some(info);
+}
+
+/// A table nested in MBR primary `slice` that Linux reads but we do not
+/// audit: Minix subpartitions (type 0x81), a UnixWare slice table (0x63)
+/// or a Solaris x86 VTOC (0x82, 0xBF). Linux's msdos.c parses them itself
+/// and numbers their partitions after the logicals, as it does BSD ones.
+pub fn nested(dev: &dyn ReadAt, slice: &Partition, sector_size: u64) -> Option<&'static str> {
+    let kind = types::parse_mbr_code(&slice.type_id)?;
+    let base = slice.start.checked_mul(sector_size)?;
+    let at =
+        |sector: u64, len: usize| read_bytes(dev, base.checked_add(sector * 512)?, len).ok()?;
+    match kind {
+        0x81 => {
+            let s = at(0, 512)?;
+            Mbr::parse(&s).filter(|m| m.entries[0].kind == 0x81).map(|_| "minix")
+        }
+        0x63 => {
+            let s = at(29, 512)?;
+            (le_u32(&s, 4) == Some(0xCA5E_600D) && le_u32(&s, 156) == Some(VTOC_SANE))
+                .then_some("unixware")
+        }
+        0x82 | 0xBF => {
+            let s = at(1, 512)?;
+            (le_u32(&s, 12) == Some(VTOC_SANE) && le_u32(&s, 16) == Some(1)).then_some("solaris")
+        }
+        _ => None,
+    }
 }
 
 /// MBR types of slices holding a BSD disklabel (FreeBSD, OpenBSD, NetBSD).
@@ -465,7 +507,34 @@ impl<'a> Chain<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::fixtures::mbr_entry;
     use proptest::prelude::*;
+
+    #[test]
+    fn tables_nested_in_slices() {
+        let mut img = vec![0u8; 64 * 512];
+        let slice = |kind: u8| Partition {
+            number: 1,
+            start: 8,
+            size: 40,
+            kind: PartKind::Primary,
+            type_id: format!("0x{kind:02x}"),
+            name: None,
+            ebr: None,
+        };
+        assert_eq!(nested(&img, &slice(0x81), 512), None);
+        mbr_entry(&mut img, 8 * 512, 0, 0x81, 1, 10);
+        assert_eq!(nested(&img, &slice(0x81), 512), Some("minix"));
+        img[9 * 512 + 12..9 * 512 + 20].copy_from_slice(&[0xEE, 0xDE, 0x0D, 0x60, 1, 0, 0, 0]);
+        assert_eq!(nested(&img, &slice(0xBF), 512), Some("solaris"));
+        assert_eq!(nested(&img, &slice(0x83), 512), None);
+        let uw = 37 * 512;
+        img[uw + 4..uw + 8].copy_from_slice(&0xCA5E_600Du32.to_le_bytes());
+        img[uw + 156..uw + 160].copy_from_slice(&VTOC_SANE.to_le_bytes());
+        assert_eq!(nested(&img, &slice(0x63), 512), Some("unixware"));
+        // The slice's sector at 4096 bytes: nothing there.
+        assert_eq!(nested(&img, &slice(0x63), 4096), None);
+    }
 
     proptest! {
         #[test]
@@ -497,5 +566,28 @@ mod tests {
         assert_eq!(chs(1 << 30), [0xFE, 0xFF, 0xFF]);
         let e = Entry::new(0x83, 2048, 1, 2048);
         assert_eq!((e.chs_first, e.chs_last, e.boot), ([32, 33, 0], [32, 33, 0], 0));
+    }
+
+    proptest! {
+        #[test]
+        fn nested_never_panics(
+            bytes in proptest::collection::vec(any::<u8>(), 0..20_000),
+            start in 0u64..40,
+            kind in prop_oneof![Just(0x81u8), Just(0x63), Just(0x82), Just(0xBF)],
+            ss in prop_oneof![Just(512u64), Just(4096)],
+        ) {
+            let slice = Partition {
+                number: 1,
+                start,
+                size: 8,
+                kind: PartKind::Primary,
+                type_id: format!("0x{kind:02x}"),
+                name: None,
+                ebr: None,
+            };
+            let _ = nested(&bytes, &slice, ss);
+            let far = Partition { start: u64::MAX / 2, ..slice };
+            let _ = nested(&bytes, &far, ss);
+        }
     }
 }

@@ -2,21 +2,27 @@
 //! Readers never panic on what they read: they return the layout and every
 //! problem seen, or an error when no usable copy of the table exists.
 //!
-//! [`layout`] holds what a read yields, [`detect`] the dispatch between
-//! schemes, `checks` the checks common to all; each scheme has its own
-//! module, and [`write`] and [`edit`] put MBRs and GPTs on disks.
+//! [`layout`] holds what a read yields and [`error`] why none could be
+//! made. Each scheme has its own module implementing [`scheme::Scheme`];
+//! [`detect`] tries them from one static list in the kernel's order, then
+//! runs `checks`, the checks common to all. `common` holds what several
+//! readers share and imports no scheme. [`write`] and [`edit`] put MBRs
+//! and GPTs on disks.
 
 pub mod amiga;
 pub mod apm;
 pub mod atari;
 pub mod bsd;
 mod checks;
+mod common;
 pub mod detect;
 pub mod edit;
+pub mod error;
 pub mod foreign;
 pub mod gpt;
 pub mod layout;
 pub mod mbr;
+pub mod scheme;
 pub mod sgi;
 pub mod sun;
 pub mod types;
@@ -27,5 +33,6 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use detect::{detect_sector_size, read, written_for, TableError};
+pub use detect::{detect_sector_size, holds_no_data, read, written_for};
+pub use error::TableError;
 pub use layout::{GptInfo, Label, Layout, MbrInfo, PartKind, Partition, Problem, Severity};

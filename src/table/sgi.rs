@@ -1,8 +1,10 @@
 //! SGI disk volume headers ("dvh"), read as Linux's block/partitions/sgi.c
 //! reads them: sixteen partitions in 512-byte blocks.
 
-use super::foreign::{in_logical_sectors, read_bytes};
-use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use super::common::{in_logical_sectors, read_bytes};
+use super::error::TableError;
+use super::scheme::{Disk, Found, Scheme};
+use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::be_u32;
 use crate::io::ReadAt;
 
@@ -11,10 +13,27 @@ const MAGIC: u32 = 0x0BE5_A941;
 /// custom, "volume"); the volume header itself (partition 9) is type 0.
 pub const VOLUME: &str = "0x06";
 
+/// The SGI disk volume header.
+pub struct Sgi;
+
+impl Scheme for Sgi {
+    fn name(&self) -> &'static str {
+        "sgi"
+    }
+
+    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+        Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
+    }
+
+    fn holds_no_data(&self, p: &Partition) -> bool {
+        p.kind == PartKind::Sgi && p.type_id == VOLUME
+    }
+}
+
 /// Fill `layout` when sector 0 holds an SGI volume header; false when it
 /// does not. One whose checksum fails is reported with no partitions, as
 /// Linux and libblkid ignore it.
-pub(crate) fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
+fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
     let Some(label) = read_bytes(dev, 0, 512)? else { return Ok(false) };
     if be_u32(&label, 0) != Some(MAGIC) {
         return Ok(false);
@@ -86,7 +105,7 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::fixtures::*;
-    use crate::table::foreign::test_support::{read_alone, read_mutated, Seal};
+    use crate::table::common::test_support::{read_alone, read_mutated, Seal};
     use crate::table::{read, Label, Layout};
     use proptest::prelude::*;
 

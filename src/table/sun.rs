@@ -1,8 +1,10 @@
 //! Sun (SPARC) disk labels, read as Linux's block/partitions/sun.c reads
 //! them: eight partitions starting on cylinders, sizes in 512-byte units.
 
-use super::foreign::{in_logical_sectors, libblkid_differs, read_bytes, VTOC_SANE};
-use super::{Label, Layout, PartKind, Partition, Problem, TableError};
+use super::common::{in_logical_sectors, libblkid_differs, read_bytes, VTOC_SANE};
+use super::error::TableError;
+use super::scheme::{Disk, Found, Scheme};
+use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::ReadAt;
 use crate::io::{be_u16, be_u32};
 
@@ -11,10 +13,27 @@ pub(crate) const MAGIC: u16 = 0xDABE;
 /// VTOC tag 5. Linux makes a partition of it; libblkid leaves it out.
 pub const WHOLE_DISK: &str = "0x05";
 
+/// The Sun VTOC label.
+pub struct Sun;
+
+impl Scheme for Sun {
+    fn name(&self) -> &'static str {
+        "sun"
+    }
+
+    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+        Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
+    }
+
+    fn holds_no_data(&self, p: &Partition) -> bool {
+        p.kind == PartKind::Sun && p.type_id == WHOLE_DISK
+    }
+}
+
 /// Fill `layout` when sector 0 holds a Sun label; false when it does not.
 /// A label whose checksum fails is reported with no partitions, as Linux
 /// and libblkid ignore it.
-pub(crate) fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
+fn read_into(dev: &dyn ReadAt, layout: &mut Layout) -> Result<bool, TableError> {
     let Some(label) = read_bytes(dev, 0, 512)? else { return Ok(false) };
     if be_u16(&label, 508) != Some(MAGIC) {
         return Ok(false);
@@ -111,7 +130,7 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use super::fixtures::*;
-    use crate::table::foreign::test_support::{read_alone, read_mutated, Seal};
+    use crate::table::common::test_support::{read_alone, read_mutated, Seal};
     use crate::table::{Label, Layout};
     use proptest::prelude::*;
 

@@ -1,16 +1,19 @@
 //! The layering ARCHITECTURE.md promises, checked on the source: no library
 //! module imports one above it (test code aside), every module has a layer,
-//! and no CLI subcommand imports another's file. And the test harness:
-//! every integration test is in a module's `tests![...]` list.
+//! no CLI subcommand imports another's file, and no file imports itself
+//! back through others. And the test harness: every integration test is in
+//! a module's `tests![...]` list.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 tests![
     no_module_imports_a_layer_above_it,
     no_subcommand_imports_another,
-    super_imports_sees_uses_groups_and_expressions,
+    no_module_circles,
+    use_paths_reads_groups_renames_and_expressions,
+    circles_are_found_through_re_exports,
     no_test_attribute_in_the_harness,
 ];
 
@@ -53,13 +56,22 @@ fn test_only(file: &Path) -> bool {
     })
 }
 
-/// The source before its unit tests.
+/// The source before its unit tests: up to the first `#[cfg(test)]` module
+/// written inline (one declared as `mod tests;` is only skipped, so that a
+/// `mod.rs` is read past it).
 fn production(text: &str) -> &str {
-    let cut = ["#[cfg(test)]\nmod ", "#[cfg(test)]\npub(crate) mod ", "#[cfg(test)]\npub mod "]
-        .iter()
-        .filter_map(|m| text.find(m))
-        .min();
-    &text[..cut.unwrap_or(text.len())]
+    const ATTR: &str = "#[cfg(test)]\n";
+    let mut from = 0;
+    while let Some(i) = text[from..].find(ATTR) {
+        let at = from + i;
+        let item = text[at + ATTR.len()..].lines().next().unwrap_or_default();
+        let item = item.trim_start_matches("pub(crate) ").trim_start_matches("pub ");
+        if item.starts_with("mod ") && item.trim_end().ends_with('{') {
+            return &text[..at];
+        }
+        from = at + ATTR.len();
+    }
+    text
 }
 
 /// Every `crate::NAME` a library file uses outside its tests.
@@ -109,88 +121,421 @@ fn no_module_imports_a_layer_above_it() {
     assert!(upward.is_empty(), "upward imports:\n{}", upward.join("\n"));
 }
 
+/// No subcommand's file imports another's: `mod.rs` dispatches to them
+/// all, and what they share is in `common`, `output` and `planning`.
 fn no_subcommand_imports_another() {
-    let cli = Path::new(ROOT).join("src/cli");
-    let shared = ["mod", "output", "planning"];
-    let mut subcommands = Vec::new();
-    files(&cli, &mut subcommands);
-    let names: Vec<String> = subcommands
-        .iter()
-        .map(|f| f.file_stem().unwrap().to_string_lossy().into_owned())
-        .filter(|n| !shared.contains(&n.as_str()))
-        .collect();
+    let shared = ["common", "output", "planning"];
+    let subcommand = |file: &str| -> Option<String> {
+        let first = file.strip_prefix("src/cli/")?.split('/').next()?;
+        Some(first.trim_end_matches(".rs").to_string())
+    };
     let mut found = Vec::new();
-    for file in &subcommands {
-        let own = file.file_stem().unwrap().to_string_lossy().into_owned();
-        let text = fs::read_to_string(file).unwrap();
-        for used in super_imports(production(&text)) {
-            if used != own && names.contains(&used) {
-                found.push(format!("cli/{own}.rs imports cli/{used}.rs"));
+    for (from, edges) in import_graph(&sources()) {
+        let Some(own) = subcommand(&from).filter(|own| own != "mod") else { continue };
+        for to in edges.keys() {
+            let Some(used) = subcommand(to) else { continue };
+            if used != own && used != "mod" && !shared.contains(&used.as_str()) {
+                found.push(format!("{from} imports {to}"));
             }
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
 
-/// The first segment of every path through `super::` (or `crate::cli::`,
-/// the same files named from the root): in `use` statements, groups
-/// included, and in expressions such as `super::bench::with_progress(..)`.
-/// Comment lines are skipped: naming another file in prose is no import.
-fn super_imports(text: &str) -> Vec<String> {
-    let code: String = text
-        .lines()
+/// `text` without its comments: `//` lines, and a trailing ` // ...`.
+fn code(text: &str) -> String {
+    text.lines()
         .filter(|l| !l.trim_start().starts_with("//"))
+        .map(|l| l.find(" // ").map_or(l, |i| &l[..i]))
         .flat_map(|l| [l, "\n"])
-        .collect();
+        .collect()
+}
+
+/// One path a file names, as written: `super::table::gpt::Gpt` is
+/// `["super", "table", "gpt", "Gpt"]`, a group yields one path per item.
+#[derive(Debug, PartialEq)]
+struct UsePath {
+    path: Vec<String>,
+    /// The name a `use ... as NAME` gives it.
+    alias: Option<String>,
+    /// Part of a `pub use` (any visibility): a re-export.
+    reexport: bool,
+}
+
+/// Every path in `code` that starts at `crate::`, `super::` or `self::`,
+/// or at one of the module's own `children` (`detect::read` in a
+/// `mod.rs`, read as `self::detect::read`): in `use` statements, groups
+/// and renames included, and in expressions.
+fn use_paths(code: &str, children: &BTreeSet<String>) -> Vec<UsePath> {
+    let bytes = code.as_bytes();
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     let mut out = Vec::new();
-    for prefix in ["super::", "crate::cli::"] {
-        for (i, _) in code.match_indices(prefix) {
-            // `super::super::x` and `a::super::x` start no path of their own.
-            let before = code[..i].chars().next_back();
-            if !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':') {
-                out.extend(first_segments(&code[i + prefix.len()..]));
-            }
+    let mut at = 0;
+    while at < bytes.len() {
+        // A path starts at a word that follows no identifier and no `::`.
+        let inside = at > 0 && (ident(bytes[at - 1]) || bytes[at - 1] == b':');
+        if inside || !(bytes[at].is_ascii_alphabetic() || bytes[at] == b'_') {
+            at += 1;
+            continue;
         }
+        let end = at + bytes[at..].iter().take_while(|&&b| ident(b)).count();
+        let word = &code[at..end];
+        let rooted = ["crate", "super", "self"].contains(&word) || children.contains(word);
+        if !rooted || !code[end..].starts_with("::") {
+            at = end;
+            continue;
+        }
+        let line = &code[code[..at].rfind('\n').map_or(0, |i| i + 1)..at];
+        let reexport = line.trim_start().starts_with("pub") && line.trim_end().ends_with(" use");
+        let prefix = if children.contains(word) { vec!["self".to_string()] } else { Vec::new() };
+        let mut cursor = Cursor { text: code, at };
+        let mut found = Vec::new();
+        cursor.tree(prefix, &mut found);
+        out.extend(found.into_iter().map(|(path, alias)| UsePath { path, alias, reexport }));
+        at = cursor.at.max(end);
     }
     out
 }
 
-/// The first segment of the path that starts `text`, or of each item of
-/// the `{...}` group it starts with.
-fn first_segments(text: &str) -> Vec<String> {
-    let word = |s: &str| -> String {
-        s.trim().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
-    };
-    let Some(group) = text.strip_prefix('{') else {
-        return vec![word(text)].into_iter().filter(|w| !w.is_empty()).collect();
-    };
-    let mut out = Vec::new();
-    let (mut depth, mut item) = (0, String::new());
-    for c in group.chars() {
-        match c {
-            '{' => depth += 1,
-            '}' if depth == 0 => break,
-            '}' => depth -= 1,
-            ',' if depth == 0 => {
-                out.extend(Some(word(&item)).filter(|w| !w.is_empty()));
-                item.clear();
+/// A reader of one path or use tree.
+struct Cursor<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl Cursor<'_> {
+    fn rest(&self) -> &str {
+        &self.text[self.at..]
+    }
+
+    fn skip_space(&mut self) {
+        let rest = self.rest();
+        self.at += rest.len() - rest.trim_start().len();
+    }
+
+    fn eat(&mut self, token: &str) -> bool {
+        let found = self.rest().starts_with(token);
+        if found {
+            self.at += token.len();
+        }
+        found
+    }
+
+    fn word(&mut self) -> Option<String> {
+        let word: String =
+            self.rest().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        self.at += word.len();
+        (!word.is_empty()).then_some(word)
+    }
+
+    /// The paths of the tree at the cursor, each after `prefix`, with the
+    /// name an `as` gives it.
+    fn tree(&mut self, mut path: Vec<String>, out: &mut Vec<(Vec<String>, Option<String>)>) {
+        loop {
+            if self.eat("{") {
+                loop {
+                    self.skip_space();
+                    while self.eat(",") {
+                        self.skip_space();
+                    }
+                    if self.eat("}") || self.rest().is_empty() {
+                        return;
+                    }
+                    let before = self.at;
+                    self.tree(path.clone(), out);
+                    if self.at == before {
+                        self.at += self.rest().chars().next().map_or(0, char::len_utf8);
+                    }
+                }
+            }
+            if self.eat("*") {
+                path.push("*".to_string());
+                out.push((path, None));
+                return;
+            }
+            let Some(word) = self.word() else {
+                out.push((path, None));
+                return;
+            };
+            path.push(word);
+            if self.eat("::") {
                 continue;
             }
-            _ => {}
+            let before = self.at;
+            self.skip_space();
+            let alias = if self.eat("as ") {
+                self.skip_space();
+                self.word()
+            } else {
+                self.at = before;
+                None
+            };
+            out.push((path, alias));
+            return;
         }
-        item.push(c);
     }
-    out.extend(Some(word(&item)).filter(|w| !w.is_empty()));
+}
+
+/// A file of src/ as a module (`table::gpt` for src/table/gpt.rs, `cli`
+/// for src/cli/mod.rs) with its production code, comments left out.
+struct Source {
+    module: Vec<String>,
+    file: String,
+    code: String,
+}
+
+/// Every file of src/ but the crate roots (lib.rs and main.rs only declare
+/// modules) and the test-only ones.
+fn sources() -> Vec<Source> {
+    let src = Path::new(ROOT).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    all.sort();
+    all.iter()
+        .filter(|f| !test_only(f))
+        .filter_map(|file| {
+            let rel = file.strip_prefix(&src).unwrap();
+            let mut module: Vec<String> =
+                rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+            let last = module.pop()?;
+            let stem = last.trim_end_matches(".rs");
+            if module.is_empty() && ["lib", "main"].contains(&stem) {
+                return None;
+            }
+            if stem != "mod" {
+                module.push(stem.to_string());
+            }
+            let text = fs::read_to_string(file).unwrap();
+            let code = code(production(&text));
+            Some(Source { module, file: format!("src/{}", rel.display()), code })
+        })
+        .collect()
+}
+
+/// Which file imports which, and through which paths: `from -> to ->
+/// paths`, keyed by file name. A path names the file of the module it
+/// reaches; an item a `mod.rs` re-exports (`pub use detect::read`) is
+/// followed to the file that defines it, and a `mod.rs`'s re-exports
+/// themselves are no import of its own: it is the folder's face.
+type Graph = BTreeMap<String, BTreeMap<String, BTreeSet<String>>>;
+
+fn import_graph(sources: &[Source]) -> Graph {
+    let by_module: BTreeMap<&[String], &Source> =
+        sources.iter().map(|s| (s.module.as_slice(), s)).collect();
+    let children = |module: &[String]| -> BTreeSet<String> {
+        let deeper = by_module.keys().filter(|m| m.len() == module.len() + 1);
+        deeper.filter(|m| m.starts_with(module)).filter_map(|m| m.last().cloned()).collect()
+    };
+    let paths: BTreeMap<&[String], Vec<UsePath>> = sources
+        .iter()
+        .map(|s| (s.module.as_slice(), use_paths(&s.code, &children(&s.module))))
+        .collect();
+    let mut reexports: BTreeMap<&[String], BTreeMap<String, Vec<String>>> = BTreeMap::new();
+    for (&module, used) in &paths {
+        for u in used.iter().filter(|u| u.reexport) {
+            let Some(last) = u.path.last().filter(|l| *l != "*" && *l != "self") else { continue };
+            let name = u.alias.clone().unwrap_or_else(|| last.clone());
+            if let Some(target) = absolute(module, &u.path) {
+                reexports.entry(module).or_default().insert(name, target);
+            }
+        }
+    }
+    // The module whose file defines what `path` names; None outside src/.
+    let resolve = |mut path: Vec<String>| -> Option<Vec<String>> {
+        for _ in 0..8 {
+            let depth = (1..=path.len()).rev().find(|&n| by_module.contains_key(&path[..n]))?;
+            let (module, rest) = path.split_at(depth);
+            let via = rest
+                .first()
+                .filter(|name| *name != "*" && *name != "self")
+                .and_then(|name| reexports.get(module)?.get(name));
+            let Some(target) = via else { return Some(module.to_vec()) };
+            path = target.iter().chain(&rest[1..]).cloned().collect();
+        }
+        None
+    };
+    let mut graph = Graph::new();
+    for source in sources {
+        let face = source.file.ends_with("mod.rs");
+        for u in &paths[source.module.as_slice()] {
+            if u.reexport && face {
+                continue;
+            }
+            let Some(target) = absolute(&source.module, &u.path).and_then(&resolve) else {
+                continue;
+            };
+            if target != source.module {
+                let to = by_module[target.as_slice()].file.clone();
+                let edges = graph.entry(source.file.clone()).or_default();
+                edges.entry(to).or_default().insert(u.path.join("::"));
+            }
+        }
+    }
+    graph
+}
+
+/// `path` as written in `module`, from the crate root.
+fn absolute(module: &[String], path: &[String]) -> Option<Vec<String>> {
+    let (mut base, mut rest) = match path.first().map(String::as_str) {
+        Some("crate") => (Vec::new(), &path[1..]),
+        _ => (module.to_vec(), path),
+    };
+    while let Some((first, tail)) = rest.split_first() {
+        match first.as_str() {
+            "self" => {}
+            "super" => {
+                base.pop()?;
+            }
+            _ => break,
+        }
+        rest = tail;
+    }
+    Some(base.into_iter().chain(rest.iter().cloned()).collect())
+}
+
+/// Each set of files that import one another round (a strongly connected
+/// part of `graph`), as one cycle through them and every import between
+/// them.
+fn circles(graph: &Graph) -> Vec<String> {
+    let nodes: Vec<&String> = graph.keys().collect();
+    let mut found = Vec::new();
+    let mut seen = BTreeSet::new();
+    for &start in &nodes {
+        if seen.contains(start) {
+            continue;
+        }
+        let part: BTreeSet<&String> =
+            reach(graph, start).intersection(&reach_back(graph, start)).copied().collect();
+        seen.extend(part.iter().copied());
+        if part.len() < 2 {
+            continue;
+        }
+        let mut text = format!("cycle: {}", cycle_through(graph, start, &part).join(" -> "));
+        for &from in &part {
+            for (to, paths) in graph[from].iter().filter(|(to, _)| part.contains(to)) {
+                let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+                text += &format!("\n  {from} -> {to}: {}", paths.join(", "));
+            }
+        }
+        found.push(text);
+    }
+    found
+}
+
+/// The files `start` reaches, itself included.
+fn reach<'a>(graph: &'a Graph, start: &'a String) -> BTreeSet<&'a String> {
+    let mut out = BTreeSet::from([start]);
+    let mut todo = vec![start];
+    while let Some(at) = todo.pop() {
+        for next in graph.get(at).into_iter().flat_map(BTreeMap::keys) {
+            if out.insert(next) {
+                todo.push(next);
+            }
+        }
+    }
     out
 }
 
-fn super_imports_sees_uses_groups_and_expressions() {
-    let text = "use super::output::OutputArgs;\nuse super::{bench::{self, x}, EXIT_OK};\n\
-                // super::comment::ignored\nlet r = super::probe::run(a);\n\
-                crate::cli::audit::run(); super::super::y;";
+/// The files that reach `start`, itself included.
+fn reach_back<'a>(graph: &'a Graph, start: &'a String) -> BTreeSet<&'a String> {
+    let mut out = BTreeSet::from([start]);
+    loop {
+        let more: Vec<&String> = graph
+            .iter()
+            .filter(|(from, to)| !out.contains(from) && to.keys().any(|t| out.contains(t)))
+            .map(|(from, _)| from)
+            .collect();
+        if more.is_empty() {
+            return out;
+        }
+        out.extend(more);
+    }
+}
+
+/// A shortest way from `start` back to itself inside `part`.
+fn cycle_through<'a>(graph: &'a Graph, start: &'a String, part: &BTreeSet<&String>) -> Vec<&'a str> {
+    let mut came_from: BTreeMap<&String, &String> = BTreeMap::new();
+    let mut queue = std::collections::VecDeque::from([start]);
+    while let Some(at) = queue.pop_front() {
+        for next in graph[at].keys().filter(|n| part.contains(n)) {
+            if next == start {
+                let mut way = vec![start.as_str()];
+                let mut back = at;
+                while back != start {
+                    way.push(back.as_str());
+                    back = came_from[back];
+                }
+                way.push(start.as_str());
+                way.reverse();
+                return way;
+            }
+            if !came_from.contains_key(next) {
+                came_from.insert(next, at);
+                queue.push_back(next);
+            }
+        }
+    }
+    vec![start.as_str()]
+}
+
+/// No file imports, through others, a file that imports it: every folder
+/// reads bottom up (a `mod.rs` that dispatches to its files keeps what
+/// they share in a leaf file), and so does src/ across folders.
+fn no_module_circles() {
+    let found = circles(&import_graph(&sources()));
+    assert!(found.is_empty(), "files that import themselves back:\n{}", found.join("\n"));
+}
+
+fn use_paths_reads_groups_renames_and_expressions() {
+    let text = "use crate::{table::{gpt, mbr::Mbr}, io::ReadAt};\n\
+                use super::{a, b::{self, C as D}};\n\
+                pub use detect::{read, TableError};\n\
+                // crate::comment::ignored\n\
+                let x = crate::units::human_size(1); // super::trailing\n\
+                other::crate::no; Kind::Ext; super::super::up::Item;\n\
+                crate::cli::audit::run(a);";
+    let children = BTreeSet::from(["detect".to_string()]);
+    let found: Vec<(String, Option<String>, bool)> = use_paths(&code(text), &children)
+        .into_iter()
+        .map(|u| (u.path.join("::"), u.alias, u.reexport))
+        .collect();
+    let want = [
+        ("crate::table::gpt", None, false),
+        ("crate::table::mbr::Mbr", None, false),
+        ("crate::io::ReadAt", None, false),
+        ("super::a", None, false),
+        ("super::b::self", None, false),
+        ("super::b::C", Some("D"), false),
+        ("self::detect::read", None, true),
+        ("self::detect::TableError", None, true),
+        ("crate::units::human_size", None, false),
+        ("super::super::up::Item", None, false),
+        ("crate::cli::audit::run", None, false),
+    ];
+    let want: Vec<(String, Option<String>, bool)> =
+        want.iter().map(|&(p, a, r)| (p.to_string(), a.map(String::from), r)).collect();
+    assert_eq!(found, want);
+}
+
+/// A circle that only shows once a re-export is followed to its file.
+fn circles_are_found_through_re_exports() {
+    let source = |module: &str, file: &str, code: &str| Source {
+        module: module.split("::").map(String::from).collect(),
+        file: file.to_string(),
+        code: code.to_string(),
+    };
+    let sources = [
+        source("a", "a/mod.rs", "pub use x::X;\nfn f() { y::g() }"),
+        source("a::x", "a/x.rs", "pub struct X;\nfn h() { super::y::g() }"),
+        source("a::y", "a/y.rs", "use super::X;\npub fn g() {}"),
+        source("b", "b.rs", "use crate::a::X;"),
+    ];
+    let graph = import_graph(&sources);
+    assert_eq!(graph["b.rs"].keys().collect::<Vec<_>>(), ["a/x.rs"]);
     assert_eq!(
-        super_imports(text),
-        ["output", "bench", "EXIT_OK", "probe", "super", "audit"].map(String::from)
+        circles(&graph),
+        ["cycle: a/x.rs -> a/y.rs -> a/x.rs\n  a/x.rs -> a/y.rs: super::y::g\n  \
+          a/y.rs -> a/x.rs: super::X"]
     );
 }
 

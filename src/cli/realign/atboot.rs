@@ -3,7 +3,7 @@
 //! cancelling and finishing run on the installed system; `--at-boot-run`
 //! is what the initramfs runs.
 
-use super::{open_session, options, Args};
+use super::args::{open_session, options, Args};
 use crate::cli::{emit, EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
 use blkalign::device::{SysRoot, TargetKind};

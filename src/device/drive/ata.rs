@@ -4,7 +4,7 @@
 //! jumpered WD "EARS" drives and others shift LBA 0 so that old fdisk's
 //! LBA 63 lands on a physical boundary.
 
-use super::ParseError;
+use super::error::ParseError;
 
 const WHAT: &str = "ATA IDENTIFY DEVICE";
 /// IDENTIFY DEVICE is always one 512-byte block, whatever the sector size.

@@ -5,20 +5,13 @@
 //! beside them.
 
 pub mod ata;
+mod error;
 pub mod nvme;
 pub mod scsi;
 pub mod sgio;
 pub mod smart;
 
-/// A drive's answer that does not follow its standard.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ParseError {
-    #[error("{what}: {got} bytes, at least {need} needed")]
-    Short { what: &'static str, got: usize, need: usize },
-    #[error("{what}: {reason}")]
-    Invalid { what: &'static str, reason: String },
-}
-
+pub use error::ParseError;
 use serde::Serialize;
 use sgio::Command;
 use std::fs::File;

@@ -6,7 +6,7 @@
 //! fields it chose from are kept here, with every LBA format the namespace
 //! could be formatted with and how fast the drive says each one is.
 
-use super::ParseError;
+use super::error::ParseError;
 
 const WHAT: &str = "NVMe Identify Namespace";
 /// Everything up to the end of the 64-entry LBA format table; the

@@ -4,7 +4,7 @@
 //! block and lowest aligned LBA; the kernel's sd driver asks it only in
 //! some cases (USB bridges often get READ CAPACITY(10), which has neither).
 
-use super::ParseError;
+use super::error::ParseError;
 
 const INQUIRY: &str = "SCSI INQUIRY";
 const INQUIRY_LEN: usize = 36;
