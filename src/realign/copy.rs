@@ -65,8 +65,13 @@ fn write(disk: &dyn Disk, buf: &[u8], offset: u64, m: &Move) -> Result<(), MoveE
     })
 }
 
-/// Retry sector by sector (aligned buffers stay aligned: each piece
-/// starts a whole sector into the buffer) until one fails.
+/// Find the first failing sector by halving: the first half is tried
+/// again, and the search goes on in it if it fails, else in the second
+/// half (which failed with it). A handful of operations, not one per
+/// sector: on a failing drive each costs a seek, under TCG a SCSI command.
+/// Pieces start a whole sector into the buffer, so aligned buffers stay
+/// aligned. The last sector is tried once more for its own error; one that
+/// no longer fails is named with the first error.
 fn first_bad(
     m: &Move,
     len: usize,
@@ -76,12 +81,16 @@ fn first_bad(
     what: &'static str,
 ) -> MoveError {
     let ss = m.sector_size.max(512) as usize;
-    for at in (0..len).step_by(ss) {
-        if let Err(source) = op(at..(at + ss).min(len), offset + at as u64) {
-            return io_at(what, offset + at as u64, m, source);
+    let (mut lo, mut hi) = (0, len);
+    while hi - lo > ss {
+        let mid = lo + (hi - lo) / ss / 2 * ss;
+        match op(lo..mid, offset + lo as u64) {
+            Err(_) => hi = mid,
+            Ok(()) => lo = mid,
         }
     }
-    io_at(what, offset, m, first)
+    let at = offset + lo as u64;
+    io_at(what, at, m, op(lo..hi, at).err().unwrap_or(first))
 }
 
 /// Run the move in `journal` from where it stands up to and including the
@@ -658,6 +667,38 @@ pub(crate) mod tests {
         survivor[150 * 512] ^= 0xFF;
         let err = run(&Flaky::new(survivor, u64::MAX), &mut j, &mut |_| {}).unwrap_err();
         assert!(matches!(err, MoveError::Verify { lba: 148, .. }), "{err}");
+    }
+
+    #[test]
+    fn the_first_bad_sector_is_found_in_a_few_operations() {
+        let m = sample_move();
+        // Sectors 1000 and 1003 of a 32768-sector chunk fail, every time.
+        let bad = [1000u64, 1003];
+        for (first_bad_lba, fails) in [(1000, &bad[..]), (1003, &bad[1..]), (32767, &[32767][..])] {
+            let mut ops = 0;
+            let err = first_bad(
+                &m,
+                32768 * 512,
+                0,
+                io::Error::from_raw_os_error(libc::EIO),
+                |piece, at| {
+                    ops += 1;
+                    assert_eq!(at, piece.start as u64, "offset and piece agree");
+                    let lbas = at / 512..(at + piece.len() as u64) / 512;
+                    match fails.iter().any(|b| lbas.contains(b)) {
+                        true => Err(io::Error::from_raw_os_error(libc::ENODATA)),
+                        false => Ok(()),
+                    }
+                },
+                "reading",
+            );
+            assert!(
+                matches!(err, MoveError::Io { lba, .. } if lba == first_bad_lba),
+                "{err} (expected {first_bad_lba})"
+            );
+            assert!(err.to_string().contains("No data available"), "the sector's own error: {err}");
+            assert!(ops <= 16, "{ops} operations for 32768 sectors");
+        }
     }
 
     #[test]

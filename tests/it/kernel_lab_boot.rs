@@ -16,8 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 tests![
-    a_root_at_lba_63_is_moved_at_boot_through_power_cuts,
-    a_separate_boot_at_lba_63_and_the_root_both_move_at_boot,
+    long(
+        a_root_at_lba_63_is_moved_at_boot_through_power_cuts,
+        a_separate_boot_at_lba_63_and_the_root_both_move_at_boot,
+    ),
 ];
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/bootdisk.sh");

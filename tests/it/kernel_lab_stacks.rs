@@ -39,10 +39,12 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 tests![
-    live_stacks_agree_with_the_kernel_and_the_peers,
-    a_move_never_misaligns_what_the_kernel_aligned,
-    a_failing_disk_cannot_corner_a_move,
-    a_move_at_boot_moves_a_partition_under_an_active_volume_group,
+    long(
+        live_stacks_agree_with_the_kernel_and_the_peers,
+        a_move_never_misaligns_what_the_kernel_aligned,
+        a_failing_disk_cannot_corner_a_move,
+        a_move_at_boot_moves_a_partition_under_an_active_volume_group,
+    ),
 ];
 
 const PHYSICAL: u64 = 4096;
@@ -640,7 +642,7 @@ fn a_move_never_misaligns_what_the_kernel_aligned() {
     let json = |name: &str| json_of(&rw, name);
     let before = json("before.json");
     // What cryptsetup and LVM made of the kernel's alignment_offset.
-    assert_eq!(before["luks_dump"]["0"]["offset"], ((16u64 << 20) + 512).to_string(), "{before}");
+    assert_eq!(before["luks_dump"]["segments"]["0"]["offset"], ((16u64 << 20) + 512).to_string(), "{before}");
     assert_eq!(text("pe_start.txt").trim(), ((1u64 << 20) + 3584).to_string());
     assert_eq!(before["offsets"]["kept"], 0, "{before}");
     assert_eq!(before["offsets"]["keepvg-lv"], 0, "{before}");

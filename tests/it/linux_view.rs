@@ -39,7 +39,9 @@ use std::sync::Mutex;
 
 tests![
     blkalign_reads_disks_as_linux_does,
-    the_kernel_reads_disks_as_blkalign_does,
+    long(
+        the_kernel_reads_disks_as_blkalign_does,
+    ),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,9 +6,9 @@
 # leave it in the initramfs before init-premount. The plan is the one
 # `realign --at-boot` records (written here: no initramfs is built).
 # `realign --at-boot-run PLAN` runs as the initramfs runs it: first with
-# the LV mounted (refused.json: exit, the disk's SHA-256 unchanged), then
+# the LV mounted (refused.json: exit, the disk's MD5 unchanged), then
 # not (moved.json: exit, p1's start, the LV active again, the file's
-# SHA-256, e2fsck, the kernel's alignment_offset of the LV, the audit).
+# MD5, e2fsck, the kernel's alignment_offset of the LV, the audit).
 set -euo pipefail
 BLKALIGN=$(lab_local "$BLKALIGN")
 out=$1 d=$(lab_disk "$2")
@@ -28,7 +28,7 @@ mkfs.ext4 -q -F /dev/bootvg/root
 mkfs.ext4 -q -F "$(part 2)"
 mount /dev/bootvg/root /tmp/mnt
 head -c 5000000 /dev/urandom >/tmp/mnt/file
-sha=$(sha256sum </tmp/mnt/file | cut -d' ' -f1)
+sha=$(lab_sum /tmp/mnt/file)
 umount /tmp/mnt
 pvs --noheadings --units b --nosuffix -o pe_start "$(part 1)" | tr -d ' ' >"$out/pe_start.txt"
 
@@ -45,7 +45,7 @@ jq -n --argjson size "$size" --arg uuid "$uuid" --arg dev "$(part 2)" --arg disk
   >/tmp/plan.json
 cp /tmp/plan.json "$out/plan.json"
 
-disk_sha() { sha256sum <"$d" | cut -d' ' -f1; }
+disk_sha() { lab_sum "$d"; }
 mount /dev/bootvg/root /tmp/mnt
 before=$(disk_sha)
 set +e
@@ -73,7 +73,7 @@ if $active; then
   fsck=$?
   set -e
   mount -o ro /dev/bootvg/root /tmp/mnt
-  [ "$(sha256sum </tmp/mnt/file | cut -d' ' -f1)" = "$sha" ] && intact=true
+  [ "$(lab_sum /tmp/mnt/file)" = "$sha" ] && intact=true
   umount /tmp/mnt
   offset=$(<"/sys/block/$(basename "$(readlink -f /dev/bootvg/root)")/alignment_offset")
 fi

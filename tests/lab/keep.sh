@@ -10,9 +10,9 @@
 # Each opened: the kernel's alignment_offset of every mapping (before.json).
 # Closed, then `blkalign audit --json` (audit.json), `realign DISK 1 --yes`
 # and `realign DISK 2 --yes` (refusals: exit and words in refuse-N.json,
-# the disk's SHA-256 before and after), and `realign DISK --yes` (moved.json).
+# the disk's MD5 before and after), and `realign DISK --yes` (moved.json).
 # Reopened: the kernel's alignment_offset of every mapping and the
-# partitions' starts (after.json), e2fsck -fn of both ext4s and the SHA-256
+# partitions' starts (after.json), e2fsck -fn of both ext4s and the MD5
 # of a file written before the move.
 # Usage continued: SERIAL2 a 4096-byte disk holding a table written for
 # 512-byte sectors (sized.json: the kernel's partition starts beside the
@@ -78,10 +78,10 @@ mkfs.ext4 -q -F /dev/mapper/keepvg-lv
 mkfs.ext4 -q -F /dev/mapper/off
 mount /dev/mapper/off /tmp/mnt
 head -c 3000000 /dev/urandom >/tmp/mnt/file
-sha=$(sha256sum </tmp/mnt/file | cut -d' ' -f1)
+sha=$(lab_sum /tmp/mnt/file)
 umount /tmp/mnt
 printf '{"offsets": %s, "starts": %s, "luks_dump": %s}\n' "$(offsets kept keepvg-lv off)" \
-  "$(starts)" "$(cryptsetup luksDump --dump-json-metadata "$(part 1)" | jq -c '.segments')" \
+  "$(starts)" "$(cryptsetup luksDump --dump-json-metadata "$(part 1)")" \
   >"$out/before.json"
 pvs --noheadings --units b --nosuffix -o pe_start "$(part 2)" | tr -d ' ' >"$out/pe_start.txt"
 close_all
@@ -89,10 +89,10 @@ close_all
 "$BLKALIGN" audit --json "$d" >"$out/audit.json" 2>"$out/audit.err" || true
 "$BLKALIGN" audit "$d" >"$out/human.txt" 2>&1 || true
 for n in 1 2; do
-  before=$(sha256sum <"$d" | cut -d' ' -f1)
+  before=$(lab_sum "$d")
   code=0
   "$BLKALIGN" realign "$d" "$n" --yes >/dev/null 2>"$out/refuse-$n.err" || code=$?
-  after=$(sha256sum <"$d" | cut -d' ' -f1)
+  after=$(lab_sum "$d")
   printf '{"exit": %s, "unchanged": %s}\n' "$code" "$([ "$before" = "$after" ] && echo true || echo false)" \
     >"$out/refuse-$n.json"
 done
@@ -107,7 +107,7 @@ fsck=0
 e2fsck -fn /dev/mapper/off >/dev/null 2>&1 || fsck=$?
 e2fsck -fn /dev/mapper/keepvg-lv >/dev/null 2>&1 || fsck=$?
 mount -o ro /dev/mapper/off /tmp/mnt
-same=$([ "$(sha256sum </tmp/mnt/file | cut -d' ' -f1)" = "$sha" ] && echo true || echo false)
+same=$([ "$(lab_sum /tmp/mnt/file)" = "$sha" ] && echo true || echo false)
 umount /tmp/mnt
 printf '{"exit": %s, "offsets": %s, "starts": %s, "fsck": %s, "file_intact": %s}\n' "$code" \
   "$(offsets kept keepvg-lv off)" "$(starts)" "$fsck" "$same" >"$out/after.json"
@@ -116,7 +116,10 @@ close_all
 
 # A 512-byte table on a 4096-byte disk: what the kernel made of it.
 name=${sized#/dev/}
-kstarts=$(for p in /sys/block/"$name"/"$name"*; do [ -e "$p/start" ] && cat "$p/start"; done | paste -sd, -)
+kstarts=""
+for p in /sys/block/"$name"/"$name"*; do
+  [ -e "$p/start" ] && read -r start <"$p/start" && kstarts+="${kstarts:+,}$start"
+done
 code=0
 "$BLKALIGN" audit --json "$sized" >"$out/sized-audit.json" 2>>"$out/audit.err" || code=$?
 printf '{"kernel_starts_512": [%s], "audit_exit": %s}\n' "$kstarts" "$code" >"$out/sized.json"

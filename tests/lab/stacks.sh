@@ -127,7 +127,8 @@ for case in "$d2 3" "$d2 1" "$d1 3" "$d1 4"; do
   read -r disk n <<<"$case"
   code=0
   err=$("$BLKALIGN" realign "$disk" "$n" --yes 2>&1 >/dev/null) || code=$?
-  refusals+="${refusals:+, }{\"node\": \"$(part "$disk" "$n")\", \"exit\": $code, \"stderr\": $(jq -Rs . <<<"$err")}"
+  lab_json_reply "$err"
+  refusals+="${refusals:+, }{\"node\": \"$(part "$disk" "$n")\", \"exit\": $code, \"stderr\": $REPLY}"
 done
 echo "[$refusals]" >"$out/refusals.json"
 lsblk -J -o NAME,PATH,TYPE >"$out/lsblk.json"

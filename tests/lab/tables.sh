@@ -4,32 +4,31 @@
 # loop device with partition scanning (the kernel's own parsers read the
 # table) and write OUT/CASE.json: the partitions the kernel made (sysfs, in
 # 512-byte units) and `blkalign audit --json` of the loop device (its
-# stderr in OUT/CASE.err). Two cases at a time: every exec is slow under
-# TCG.
+# stderr in OUT/CASE.err). Two cases at a time, and builtins where they
+# do: every exec is slow under TCG.
 set -euo pipefail
 BLKALIGN=$(lab_local "$BLKALIGN")
 corpus=$1 out=$2
 
 one() {
-  local dir=$1 case dev name parts="" p exit=0
-  case=$(basename "$dir")
-  if ! dev=$(losetup -r -P -f --show -b "$(cat "$dir/sector")" "$dir/disk.img" 2>"$out/$case.err"); then
+  local dir=${1%/} case dev name parts="" p exit=0 sector audit num start size
+  case=${dir##*/}
+  read -r sector <"$dir/sector"
+  if ! dev=$(losetup -r -P -f --show -b "$sector" "$dir/disk.img" 2>"$out/$case.err"); then
     echo '{"error": "losetup failed"}' >"$out/$case.json"
     return
   fi
   name=${dev#/dev/}
   for p in /sys/block/"$name"/"$name"p*; do
     [ -e "$p/partition" ] || continue
-    parts+="${parts:+,}[$(<"$p/partition"), $(<"$p/start"), $(<"$p/size")]"
+    read -r num <"$p/partition" && read -r start <"$p/start" && read -r size <"$p/size"
+    parts+="${parts:+,}[$num, $start, $size]"
   done
   "$BLKALIGN" audit --json "$dev" >"/tmp/$case.audit" 2>"$out/$case.err" || exit=$?
-  [ -s "/tmp/$case.audit" ] || echo null >"/tmp/$case.audit"
-  {
-    printf '{"dev": "%s", "size_512": %s, "kernel": [%s], "audit_exit": %s, "audit": ' \
-      "$dev" "$(<"/sys/block/$name/size")" "$parts" "$exit"
-    cat "/tmp/$case.audit"
-    printf '}\n'
-  } >"$out/$case.json"
+  IFS= read -r -d '' audit <"/tmp/$case.audit" || true
+  read -r size <"/sys/block/$name/size"
+  printf '{"dev": "%s", "size_512": %s, "kernel": [%s], "audit_exit": %s, "audit": %s}\n' \
+    "$dev" "$size" "$parts" "$exit" "${audit:-null}" >"$out/$case.json"
   losetup -d "$dev"
 }
 

@@ -12,7 +12,6 @@
 set -euo pipefail
 # Builtins wherever they do: under TCG every process the guest starts costs
 # a quarter of a second or more (jq two), and this runs 23 records.
-export LC_ALL=C
 BLKALIGN=$(lab_local "$BLKALIGN")
 out=$1
 shift
@@ -27,26 +26,13 @@ udevadm control --reload
 udevadm trigger --action=change --subsystem-match=block
 lab_settle
 
-# json_reply TEXT: TEXT as a JSON string in REPLY (bytes outside ASCII and
-# control characters other than newline, tab and return become '?').
-json_reply() {
-  local s=$1
-  s=${s//\\/\\\\}
-  s=${s//\"/\\\"}
-  s=${s//$'\n'/\\n}
-  s=${s//$'\t'/\\t}
-  s=${s//$'\r'/\\r}
-  s=${s//[$'\x01'-$'\x1f'$'\x7f'-$'\xff']/?}
-  REPLY="\"$s\""
-}
-
 # peer NAME COMMAND...: NAME's member of "peers": COMMAND's output (stdout
 # and stderr) as a JSON string, null when it fails.
 peers=""
 peer() {
   local name=$1 text
   shift
-  if text=$("$@" 2>&1); then json_reply "$text"; else REPLY=null; fi
+  if text=$("$@" 2>&1); then lab_json_reply "$text"; else REPLY=null; fi
   peers+="${peers:+, }\"$name\": $REPLY"
 }
 

@@ -6,13 +6,13 @@
 #   disk; the kernel's partitions (sysfs) after it, sfdisk's reading, audit;
 # - realign-primary, realign-logical: an MBR partition at 63 (a logical at
 #   an odd start) holding an ext4, moved by `realign --yes`; the kernel's
-#   partition, the SHA-256 of its bytes before and after, e2fsck, audit;
+#   partition, the MD5 (lab_sum) of its bytes before and after, e2fsck, audit;
 # - rescale-gpt-4096-512, rescale-dos-512-4096: a table written at one
 #   logical sector size, `rescale --yes` on the disk attached at the other;
 #   the same members as a move;
 # - refuse-WHAT: partitions of BUSY in use (mounted, swap, an active PV,
 #   an md member, an open LUKS, held O_EXCL by another process): realign
-#   and partition dry runs and --yes, and the disk's SHA-256 around them.
+#   and partition dry runs and --yes, and the disk's MD5 (lab_sum) around them.
 set -euo pipefail
 BLKALIGN=$(lab_local "$BLKALIGN")
 out=$1 d512=$(lab_disk "$2") d4kn=$(lab_disk "$3") busy=$(lab_disk "$4")
@@ -26,19 +26,24 @@ export BLKALIGN_STATE_DIR=/tmp/state
 
 # kernel_parts DEV: the kernel's partitions as [number, start, size] (512 B).
 kernel_parts() {
-  local name=${1#/dev/} p list=""
+  local name=${1#/dev/} p list="" num start size
   for p in /sys/block/"$name"/"$name"*; do
     [ -e "$p/partition" ] || continue
-    list+="${list:+, }[$(<"$p/partition"), $(<"$p/start"), $(<"$p/size")]"
+    read -r num <"$p/partition" && read -r start <"$p/start" && read -r size <"$p/size"
+    list+="${list:+, }[$num, $start, $size]"
   done
   echo "[$list]"
 }
 
 # audit_of DEV: audit's exit status and problem codes, as JSON members.
 audit_of() {
-  local exit=0 codes
+  local exit=0 codes="" rest
   "$BLKALIGN" audit --json "$1" >/tmp/audit.json 2>>/tmp/err || exit=$?
-  codes=$(grep -o '"code": "[a-z_]*"' /tmp/audit.json | cut -d'"' -f4 | sed 's/.*/"&"/' | paste -sd, -)
+  IFS= read -r -d '' rest </tmp/audit.json || true
+  while [[ $rest =~ \"code\":\ \"([a-z_]*)\" ]]; do
+    codes+="${codes:+,}\"${BASH_REMATCH[1]}\""
+    rest=${rest#*"${BASH_REMATCH[0]}"}
+  done
   printf '"audit_exit": %s, "audit_problems": [%s]' "$exit" "$codes"
 }
 
@@ -48,10 +53,6 @@ emit() {
   mv /tmp/err "$out/$1.err"
 }
 
-# sha PATH [BYTES]: the SHA-256 of PATH's first BYTES (all of it).
-sha() {
-  if [ -n "${2:-}" ]; then head -c "$2" "$1" | sha256sum | cut -c1-64; else sha256sum <"$1" | cut -c1-64; fi
-}
 
 # Writing tables ---------------------------------------------------------
 for disk in "512:$d512" "4kn:$d4kn"; do
@@ -79,14 +80,14 @@ realign_case() {
   head -c 3M /dev/urandom >/tmp/mnt/random
   umount /tmp/mnt
   bytes=$(($(<"/sys/class/block/${part#/dev/}/size") * 512))
-  before=$(sha "$part" "$bytes")
+  before=$(lab_sum "$part" "$bytes")
   "$BLKALIGN" realign "$dev" "$n" --yes >/dev/null 2>>/tmp/err || exit=$?
   lab_settle
-  after=$(sha "$part" "$bytes")
+  after=$(lab_sum "$part" "$bytes")
   e2fsck -fn "$part" >/dev/null 2>>/tmp/err || fsck=$?
   sfdisk -J "$dev" >/tmp/sfdisk.json 2>>/tmp/err || echo null >/tmp/sfdisk.json
   emit "$name" "\"exit\": $exit, \"partition\": $n, \"kernel\": $(kernel_parts "$dev"), \
-\"sha_before\": \"$before\", \"sha_after\": \"$after\", \"fsck\": $fsck, \
+\"sum_before\": \"$before\", \"sum_after\": \"$after\", \"fsck\": $fsck, \
 \"sfdisk\": $(</tmp/sfdisk.json), $(audit_of "$dev")"
 }
 realign_case realign-primary "$d512" 1 'label: dos\nstart=63,size=40000\n'
@@ -111,7 +112,7 @@ rescale_case() {
   head -c 3M /dev/urandom >/tmp/mnt/random
   umount /tmp/mnt
   bytes=$(($(<"/sys/class/block/${part#/dev/}/size") * 512))
-  before=$(sha "$part" "$bytes")
+  before=$(lab_sum "$part" "$bytes")
   losetup -d "$lo"
   lo=$(losetup -f --show -P -b "$to" /tmp/state/rescale.img)
   lab_settle
@@ -119,11 +120,11 @@ rescale_case() {
     >/dev/null 2>>/tmp/err || exit=$?
   lab_settle
   part=${lo}p$n
-  after=$(sha "$part" "$bytes" 2>>/tmp/err || true)
+  after=$(lab_sum "$part" "$bytes" 2>>/tmp/err || true)
   e2fsck -fn "$part" >/dev/null 2>>/tmp/err || fsck=$?
   sfdisk -J "$lo" >/tmp/sfdisk.json 2>>/tmp/err || echo null >/tmp/sfdisk.json
   emit "$name" "\"exit\": $exit, \"partition\": $n, \"kernel\": $(kernel_parts "$lo"), \
-\"sha_before\": \"$before\", \"sha_after\": \"$after\", \"fsck\": $fsck, \
+\"sum_before\": \"$before\", \"sum_after\": \"$after\", \"fsck\": $fsck, \
 \"sfdisk\": $(</tmp/sfdisk.json), $(audit_of "$lo")"
   losetup -d "$lo"
 }
@@ -149,11 +150,11 @@ sync
 
 # A hash of the whole disk once two in a row agree (md and ext4 may write
 # a superblock just after they start).
-stable_sha() {
+stable_sum() {
   local a b
-  a=$(sha "$busy")
+  a=$(lab_sum "$busy")
   for _ in 1 2 3 4 5; do
-    b=$(sha "$busy")
+    b=$(lab_sum "$busy")
     [ "$a" = "$b" ] && break
     a=$b
   done
@@ -166,13 +167,13 @@ stable_sha() {
 refuse() {
   local what=$1 n=$2 before after dry=0 yes=0
   shift 2
-  before=$(stable_sha)
+  before=$(stable_sum)
   "$BLKALIGN" "$@" >/dev/null 2>/tmp/dry.err || dry=$?
   "$BLKALIGN" "$@" --yes >/dev/null 2>/tmp/yes.err || yes=$?
-  after=$(sha "$busy")
+  after=$(lab_sum "$busy")
   cat /tmp/dry.err /tmp/yes.err >>/tmp/err
-  emit "refuse-$what" "\"dry_exit\": $dry, \"yes_exit\": $yes, \"sha_before\": \"$before\", \
-\"sha_after\": \"$after\", \"command\": \"$*\", \"node\": \"${busy#/dev/}$n\", \
+  emit "refuse-$what" "\"dry_exit\": $dry, \"yes_exit\": $yes, \"sum_before\": \"$before\", \
+\"sum_after\": \"$after\", \"command\": \"$*\", \"node\": \"${busy#/dev/}$n\", \
 \"named\": $(grep -q "${busy#/dev/}$n" /tmp/yes.err && echo true || echo false)"
 }
 

@@ -1,9 +1,10 @@
 //! The harness of tests/it (libtest-mimic): every test of every module
 //! as a trial named `MODULE::FN`, a test that skipped as ignored with its
-//! reason, and the tests that time things run before the others, alone.
+//! reason, the tests that time things run before the others, alone, and
+//! the tests that take minutes start before the short ones.
 //!
 //! Each module lists its tests once, with `tests!`:
-//! `tests![a, b, alone(c)]`. A test left out of the list is dead code, which
+//! `tests![a, b, alone(c), long(d)]`. A test left out of the list is dead code, which
 //! `cargo clippy --all-targets -- -D warnings` refuses.
 
 use libtest_mimic::{Arguments, Completion, Conclusion, Trial};
@@ -25,23 +26,38 @@ pub fn skip(reason: impl Into<String>) {
     SKIPPED.with(|s| s.borrow_mut().push(reason));
 }
 
-/// One test: its `MODULE::FN` name, its function, and whether it measures
-/// time (and so runs alone).
+/// One test: its `MODULE::FN` name, its function, and when it runs.
 pub struct Test {
     name: String,
-    alone: bool,
+    when: When,
     run: fn(),
+}
+
+/// When a test runs in [`main`]'s two passes.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum When {
+    /// It measures time: first, alone.
+    Alone,
+    /// It takes minutes (a kernel-lab boot): at the head of the second
+    /// pass, so the short tests fill the threads around it rather than it
+    /// running on alone at the end.
+    Long,
+    Any,
 }
 
 impl Test {
     pub fn new(module: &str, name: &str, run: fn()) -> Test {
         // module_path!() is "it::MODULE".
         let module = module.split_once("::").map_or(module, |(_, m)| m);
-        Test { name: format!("{module}::{name}"), alone: false, run }
+        Test { name: format!("{module}::{name}"), when: When::Any, run }
     }
 
     pub fn alone(module: &str, name: &str, run: fn()) -> Test {
-        Test { alone: true, ..Test::new(module, name, run) }
+        Test { when: When::Alone, ..Test::new(module, name, run) }
+    }
+
+    pub fn long(module: &str, name: &str, run: fn()) -> Test {
+        Test { when: When::Long, ..Test::new(module, name, run) }
     }
 
     fn trial(self) -> Trial {
@@ -61,8 +77,9 @@ impl Test {
     }
 }
 
-/// `tests![a, b, alone(c, d)]`: this module's `pub fn trials()`, its tests
-/// named `MODULE::a` and so on; those in `alone(...)` time something.
+/// `tests![a, b, alone(c, d), long(e)]`: this module's `pub fn trials()`,
+/// its tests named `MODULE::a` and so on; those in `alone(...)` time
+/// something, those in `long(...)` take minutes.
 macro_rules! tests {
     (@ [$($out:expr,)*]) => {
         pub fn trials() -> Vec<$crate::common::harness::Test> {
@@ -72,6 +89,10 @@ macro_rules! tests {
     (@ [$($out:expr,)*] alone($($alone:ident),* $(,)?) $(, $($rest:tt)*)?) => {
         tests!(@ [$($out,)* $($crate::common::harness::Test::alone(
             module_path!(), stringify!($alone), $alone),)*] $($($rest)*)?);
+    };
+    (@ [$($out:expr,)*] long($($long:ident),* $(,)?) $(, $($rest:tt)*)?) => {
+        tests!(@ [$($out,)* $($crate::common::harness::Test::long(
+            module_path!(), stringify!($long), $long),)*] $($($rest)*)?);
     };
     (@ [$($out:expr,)*] $name:ident $(, $($rest:tt)*)?) => {
         tests!(@ [$($out,)* $crate::common::harness::Test::new(
@@ -89,14 +110,17 @@ macro_rules! tests {
 /// drives, the emulator's penalties), one at a time, with the machine to
 /// themselves: beside a kernel-lab boot (QEMU under TCG takes a core) or a
 /// move their timings stretch and their ratios fail. Then all the others
-/// on the default threads. One exit status for both: 101 when any failed.
-pub fn main(tests: Vec<Test>) -> ExitCode {
+/// on the default threads, the long ones first (libtest-mimic starts them
+/// in order). One exit status for both: 101 when any failed.
+pub fn main(mut tests: Vec<Test>) -> ExitCode {
     let mut args = Arguments::from_args();
     // As libtest: RUST_TEST_THREADS where --test-threads is not given.
     if args.test_threads.is_none() {
         args.test_threads = std::env::var("RUST_TEST_THREADS").ok().and_then(|n| n.parse().ok());
     }
-    let (alone, rest): (Vec<Test>, Vec<Test>) = tests.into_iter().partition(|t| t.alone);
+    tests.sort_by_key(|t| t.when);
+    let (alone, rest): (Vec<Test>, Vec<Test>) =
+        tests.into_iter().partition(|t| t.when == When::Alone);
     let alone: Vec<Trial> = alone.into_iter().map(Test::trial).collect();
     let rest: Vec<Trial> = rest.into_iter().map(Test::trial).collect();
     if args.list {
