@@ -33,7 +33,7 @@ img=/tmp/disk.img
 truncate -s 96M "$img"
 printf 'label: dos\nstart=63, size=80000\n' | sfdisk -q "$img"
 cp "$out/f.bin" /tmp/files/f.bin
-for _ in $(seq 500); do printf '%s ' "$MARK"; done >/tmp/files/marker.txt
+printf "$MARK %.0s" {1..500} >/tmp/files/marker.txt
 mkfs.ext4 -q -F -b 4096 -d /tmp/files -E offset=$((63 * 512)) "$img" 40000k
 block=$(debugfs -R "bmap /f.bin 10" "$img?offset=$((63 * 512))" 2>/dev/null)
 bad=$((63 + block * 8))

@@ -13,7 +13,7 @@ corpus=$1 out=$2
 one() {
   local dir=${1%/} case dev name parts="" p exit=0 sector audit num start size
   case=${dir##*/}
-  read -r sector <"$dir/sector"
+  read -r sector <"$dir/sector" || [ -n "$sector" ] # written without a newline
   if ! dev=$(losetup -r -P -f --show -b "$sector" "$dir/disk.img" 2>"$out/$case.err"); then
     echo '{"error": "losetup failed"}' >"$out/$case.json"
     return
