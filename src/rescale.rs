@@ -110,7 +110,7 @@ fn refused(msg: impl Into<String>) -> RescaleError {
 
 /// Plan the rescale of the table on `dev` (`size_bytes` long) from
 /// `from`-byte to `to`-byte logical sectors. Reads only.
-pub fn plan(
+pub fn plan_rescale(
     dev: &dyn ReadAt,
     size_bytes: u64,
     from: u64,
@@ -138,7 +138,7 @@ pub fn plan(
         }
         TableBytes::Mbr(m) => (TableBytes::Mbr(rescale_mbr(dev, m, &old, from, to)?), Vec::new()),
     };
-    let chunks = write::encode(&table);
+    let chunks = write::encode_table(&table);
     for c in &chunks {
         let end = c.offset.checked_add(c.bytes.len() as u64);
         if end.is_none_or(|end| end > size_bytes) {
@@ -566,12 +566,12 @@ mod tests {
     #[test]
     fn gpt_4096_to_512_and_back() {
         let img = gpt_image(4096, 256, 128, &[(6, 99, "root"), (100, 199, "")]);
-        let r = plan(&img, img.len() as u64, 4096, 512).unwrap();
+        let r = plan_rescale(&img, img.len() as u64, 4096, 512).unwrap();
         let got: Vec<_> = r.moved.iter().map(|m| (m.new_start, m.new_size)).collect();
         assert_eq!(got, [(48, 94 * 8), (800, 800)]);
         let mut small = img.clone();
         apply(&mut small, &r.chunks);
-        let back = plan(&small, small.len() as u64, 512, 4096).unwrap();
+        let back = plan_rescale(&small, small.len() as u64, 512, 4096).unwrap();
         let mut again = small.clone();
         apply(&mut again, &back.chunks);
         let layout = table::read(&again, 4096, again.len() as u64).unwrap();
@@ -581,14 +581,14 @@ mod tests {
     #[test]
     fn gpt_512_partition_inside_the_4096_array_is_refused() {
         let img = gpt_image(512, 4096, 128, &[(40, 103, "a")]);
-        let err = plan(&img, img.len() as u64, 512, 4096).unwrap_err().to_string();
+        let err = plan_rescale(&img, img.len() as u64, 512, 4096).unwrap_err().to_string();
         assert!(err.contains("partition 1 starts at byte 20480"), "{err}");
     }
 
     #[test]
     fn mbr_with_logicals_512_to_4096_refuses_odd_starts() {
         let img = mbr_extended();
-        let err = plan(&img, img.len() as u64, 512, 4096).unwrap_err().to_string();
+        let err = plan_rescale(&img, img.len() as u64, 512, 4096).unwrap_err().to_string();
         assert!(err.contains("partition 1 starts at byte 512"), "{err}");
     }
 
@@ -600,17 +600,17 @@ mod tests {
         mbr_entry(&mut img, 200 * 4096, 0, 0x83, 8, 50);
         mbr_entry(&mut img, 200 * 4096, 1, 0x05, 100, 100);
         mbr_entry(&mut img, 300 * 4096, 0, 0x83, 8, 40);
-        let r = plan(&img, img.len() as u64, 4096, 512).unwrap();
+        let r = plan_rescale(&img, img.len() as u64, 4096, 512).unwrap();
         assert_eq!(r.moved.len(), 4);
         let mut small = img.clone();
         apply(&mut small, &r.chunks);
-        let back = plan(&small, small.len() as u64, 512, 4096).unwrap();
+        let back = plan_rescale(&small, small.len() as u64, 512, 4096).unwrap();
         let mut again = small.clone();
         apply(&mut again, &back.chunks);
         let layout = table::read(&again, 4096, img.len() as u64).unwrap();
         assert_eq!(layout.partitions, r.old.partitions);
         // Only CHS (zero in the fixture) differs; a second round is a fixed point.
-        assert_eq!(plan(&again, img.len() as u64, 4096, 512).unwrap().chunks, r.chunks);
+        assert_eq!(plan_rescale(&again, img.len() as u64, 4096, 512).unwrap().chunks, r.chunks);
     }
 
     #[test]
@@ -620,7 +620,7 @@ mod tests {
         // Only the table is read: a size far past the image is fine here.
         mbr_entry(&mut img, 0, 1, 0x83, 0x2000_0000, 0x1000_0000);
         let size = 0x4000_0000u64 * 4096;
-        let err = plan(&img, size, 4096, 512).unwrap_err().to_string();
+        let err = plan_rescale(&img, size, 4096, 512).unwrap_err().to_string();
         assert!(err.contains("partition 2") && err.contains("32-bit"), "{err}");
     }
 
@@ -649,7 +649,7 @@ mod tests {
     #[test]
     fn bad_sizes() {
         let img = vec![0u8; 8192];
-        assert!(matches!(plan(&img, 8192, 512, 512), Err(RescaleError::Sizes(512, 512))));
-        assert!(matches!(plan(&img, 8192, 512, 8192), Err(RescaleError::Sizes(..))));
+        assert!(matches!(plan_rescale(&img, 8192, 512, 512), Err(RescaleError::Sizes(512, 512))));
+        assert!(matches!(plan_rescale(&img, 8192, 512, 8192), Err(RescaleError::Sizes(..))));
     }
 }

@@ -69,7 +69,7 @@ fn run(u: &mut Unstructured) -> Result<()> {
     let most = if u.ratio(1, 16)? { 130 } else { 8 };
     let count = u.int_in_range(1..=most)?;
     let requests = (0..count).map(|_| request(u, geometry.logical)).collect::<Result<Vec<_>>>()?;
-    let Ok(plan) = plan::plan(&geometry, size_bytes, label, align, cylinders, &requests) else {
+    let Ok(plan) = plan::plan_table(&geometry, size_bytes, label, align, cylinders, &requests) else {
         return Ok(());
     };
     let ids = roundtrip::ids(plan.partitions.len(), u.arbitrary()?);

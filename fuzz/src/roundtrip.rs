@@ -11,7 +11,7 @@ use blkalign::table::{self, edit, Layout, PartKind, Partition};
 
 /// Put `table`'s writes on `img`; each must lie on the disk.
 pub fn apply(img: &mut Image, table: &TableBytes) {
-    for chunk in write::encode(table) {
+    for chunk in write::encode_table(table) {
         let end = chunk.offset.checked_add(chunk.bytes.len() as u64);
         assert!(end.is_some_and(|end| end <= img.size), "{} written past the end", chunk.what);
         img.write_at(chunk.offset, &chunk.bytes);
@@ -189,7 +189,7 @@ pub fn plan_script(script: &Script) -> Option<(Plan, u64)> {
         None => Align::Optimal,
     };
     let label = script.label.unwrap_or(Label::Gpt);
-    let mut plan = plan::plan(&geometry, size_bytes, label, align, false, &script.requests).ok()?;
+    let mut plan = plan::plan_table(&geometry, size_bytes, label, align, false, &script.requests).ok()?;
     script.bound(&mut plan).ok()?;
     Some((plan, size_bytes))
 }

@@ -65,7 +65,8 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let Some(columns) = args.output.columns(&all)? else { return Ok(EXIT_OK) };
     let path = args.target.as_deref().context("name the disk or image to advise on")?;
     let trust_kernel = args.geometry.trust_kernel;
-    let opened = blkalign::open::open(&root, path, &args.geometry.overrides(), trust_kernel)?;
+    let opened =
+        blkalign::open::open_target(&root, path, &args.geometry.overrides(), trust_kernel)?;
     let Opened { target, file, topology, geometry } = opened;
     let logical = topology.logical_sector_size.value;
     let layout = layout::read(&file, logical, topology.size_bytes)

@@ -68,7 +68,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if !args.force {
         refuse_lost(&target, &lost_contents(disk, &plan))?;
     }
-    let chunks = write::encode(&plan.table(&Ids::random(plan.partitions.len())?)?);
+    let chunks = write::encode_table(&plan.table(&Ids::random(plan.partitions.len())?)?);
     let old = commit::old_bytes(disk, &target.path, &chunks)?;
     if !args.wipe && old.iter().any(|bytes| bytes.iter().any(|&b| b != 0)) {
         bail!(
@@ -84,7 +84,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         Some(disk.file()),
         &args.plan.geometry.overrides(),
     )?;
-    let done = commit::commit(
+    let done = commit::commit_table(
         &root,
         &held,
         Commit {

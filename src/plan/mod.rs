@@ -1,5 +1,5 @@
 //! Planning aligned partition tables: where each partition of a request
-//! goes, before anything is written ([`plan`], [`plan_script`]). The files
+//! goes, before anything is written ([`plan_table`], [`plan_script`]). The files
 //! below, each using only those before it: `request` (what is asked for),
 //! `error`, `resolve` (types and names as the table stores them),
 //! `planned` (the plan and its table's bytes, made by
@@ -41,7 +41,7 @@ const TRACK_SECTORS: u64 = 56;
 /// Lay out `requests` on a disk of geometry `g` and `size_bytes`: every
 /// start on the grain (counted from the alignment offset), in request
 /// order, without gaps beyond alignment.
-pub fn plan(
+pub fn plan_table(
     g: &Geometry,
     size_bytes: u64,
     label: Label,
@@ -52,7 +52,7 @@ pub fn plan(
     plan_with(&Disk::of(g, size_bytes), label, align, cylinder_compatible, requests, None)
 }
 
-/// Lay out `script` on `disk` as [`plan`] does, except that an MBR script
+/// Lay out `script` on `disk` as [`plan_table`] does, except that an MBR script
 /// numbering every partition (an `sfdisk -d` dump) keeps its numbers, as
 /// sfdisk does: 1-4 primary, 5 on logical, its extended partition where
 /// the script puts it, and the partitions in the order of their starts.

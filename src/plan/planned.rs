@@ -124,7 +124,7 @@ mod tests {
     use crate::plan::grain::Disk;
     use crate::plan::tests::plan_on;
     use crate::plan::{Align, Size};
-    use crate::table::write::encode;
+    use crate::table::write::encode_table;
 
     #[test]
     fn names_are_the_json_ones() {
@@ -168,7 +168,7 @@ mod tests {
         };
         let p = plan_on(&disk, label, Align::Optimal, false, &reqs).unwrap();
         let mut img = vec![0xA5u8; (64 * MIB) as usize];
-        for c in encode(&p.table(&ids(p.partitions.len())).unwrap()) {
+        for c in encode_table(&p.table(&ids(p.partitions.len())).unwrap()) {
             img[c.offset as usize..c.offset as usize + c.bytes.len()].copy_from_slice(&c.bytes);
         }
         (p, img)
@@ -202,7 +202,8 @@ mod tests {
     #[test]
     fn gpt_order_is_backup_then_primary_then_mbr() {
         let (p, _) = make(Label::Gpt, 512, &[Size::Rest]);
-        let order: Vec<&str> = encode(&p.table(&ids(1)).unwrap()).iter().map(|c| c.what).collect();
+        let order: Vec<&str> =
+            encode_table(&p.table(&ids(1)).unwrap()).iter().map(|c| c.what).collect();
         assert_eq!(
             order,
             [

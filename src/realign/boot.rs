@@ -364,7 +364,7 @@ pub fn find_disks(root: &SysRoot, id: &Identity) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for name in names.map(|e| e.file_name().to_string_lossy().into_owned()) {
         let path = sysfs::node_path(root, &name);
-        let Ok(opened) = crate::open::open(root, &path, &Overrides::default(), false) else {
+        let Ok(opened) = crate::open::open_target(root, &path, &Overrides::default(), false) else {
             continue;
         };
         let here = device::identity(root, &opened.target, &opened.topology);

@@ -120,7 +120,7 @@ fn ebr_writes(
 /// replaces (checked again before it is made).
 fn table_writes(dev: &dyn ReadAt, table: &TableBytes) -> Result<Vec<Write>, PrepareError> {
     let mut out = Vec::new();
-    for chunk in write::encode(table) {
+    for chunk in write::encode_table(table) {
         let mut old = vec![0u8; chunk.bytes.len()];
         dev.read_exact_at(&mut old, chunk.offset)?;
         out.push(Write { offset: chunk.offset, old, new: chunk.bytes, what: chunk.what.into() });

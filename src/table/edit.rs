@@ -288,10 +288,10 @@ fn mbr_u32(p: &Partition, v: Option<u64>) -> Result<u32, EditError> {
 mod tests {
     use super::*;
     use crate::table::fixtures::{edit_header, gpt_image, mbr_entry, mbr_extended};
-    use crate::table::{read, write::encode};
+    use crate::table::{read, write::encode_table};
 
     fn apply(img: &mut [u8], table: &TableBytes) {
-        for c in encode(table) {
+        for c in encode_table(table) {
             img[c.offset as usize..c.offset as usize + c.bytes.len()].copy_from_slice(&c.bytes);
         }
     }

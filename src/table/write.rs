@@ -55,7 +55,7 @@ pub enum TableBytes {
 
 /// The writes that put `table` on a disk, in the order to make them (each
 /// followed by a flush).
-pub fn encode(table: &TableBytes) -> Vec<Chunk> {
+pub fn encode_table(table: &TableBytes) -> Vec<Chunk> {
     match table {
         TableBytes::Gpt(g) => encode_gpt(g),
         TableBytes::Mbr(m) => encode_mbr(m),

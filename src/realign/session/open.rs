@@ -36,7 +36,7 @@ impl Session {
         overrides: &Overrides,
         trust_kernel: bool,
     ) -> Result<Session, SessionError> {
-        let opened = match crate::open::open(&root, path, overrides, trust_kernel) {
+        let opened = match crate::open::open_target(&root, path, overrides, trust_kernel) {
             Err(DeviceError::VmImage { format, .. }) => {
                 return Session::open_image(root, path, &format, overrides, trust_kernel)
             }
@@ -72,7 +72,7 @@ impl Session {
         trust_kernel: bool,
     ) -> Result<Session, SessionError> {
         let export = Export::start(path, format, Access::Write).map_err(DeviceError::from)?;
-        let opened = crate::open::open(&root, export.file(), overrides, trust_kernel)?;
+        let opened = crate::open::open_target(&root, export.file(), overrides, trust_kernel)?;
         let Opened { target: guest, file, topology, geometry } = opened;
         let identity = device::identity(&root, &guest, &topology);
         let target = Target { path: path.to_path_buf(), ..guest.clone() };
