@@ -25,19 +25,17 @@ pub use align::{Class, Geometry};
 pub use device::{DeviceError, Identity, Overrides, SysRoot, Target, TargetKind, Topology};
 pub use open::{open_target, Opened};
 // Audit it.
-pub use audit::{audit_path, audit_target, DiskAudit, Options as AuditOptions, PartitionAudit};
+pub use audit::{audit_path, audit_target, AuditOptions, DiskAudit, PartitionAudit};
 // Plan a table.
 pub use plan::{
-    plan_table, Align, Label as NewLabel, Plan, PlanError, Planned as PlannedPartition,
-    Request as PartitionRequest, Size,
+    plan_table, Align, NewLabel, PartitionRequest, Plan, PlanError, PlannedPartition, Size,
 };
 // Commit it.
 pub use commit::{commit_table, old_bytes, Commit, CommitError, Committed, Held, Kernel};
 pub use table::write::{encode_table, Chunk, Ids};
 // Move a partition.
 pub use realign::session::{
-    Done, Events, Options as MoveOptions, Outcome, Planned as PlannedMove, Refusal as MoveRefusal,
-    Session, SessionError,
+    Done, Events, MoveOptions, MoveRefusal, Outcome, PlannedMove, Session, SessionError,
 };
 pub use realign::state::Store;
 // Rewrite a table for the other sector size.

@@ -254,7 +254,7 @@ fn rescale_gpt(
         return Err(refused(format!("GPT entries of {size} bytes")));
     }
     for (slot, raw) in entries.chunks_exact_mut(size).enumerate() {
-        let Some(mut entry) = gpt::Entry::parse(raw).filter(gpt::Entry::is_used) else {
+        let Some(mut entry) = gpt::GptEntry::parse(raw).filter(gpt::GptEntry::is_used) else {
             continue; // unused: Linux ignores its LBAs
         };
         let n = slot.saturating_add(1);

@@ -8,7 +8,7 @@ use blkalign::commit::{self, Commit, Held, Kernel};
 use blkalign::device::kernel::KernelPart;
 use blkalign::device::{self, exclusive, SysRoot, Target};
 use blkalign::io::ReadAt;
-use blkalign::plan::{Plan, Planned, Role};
+use blkalign::plan::{Plan, PlannedPartition, Role};
 use blkalign::stack::Contents;
 use blkalign::table::write::{self, Ids};
 use blkalign::table::{PartKind, Partition};
@@ -185,7 +185,7 @@ fn existing_label(file: &dyn ReadAt, plan: &Plan) -> String {
 /// The planned partitions, for the kernel.
 fn planned_kernel_parts(plan: &Plan) -> Vec<KernelPart> {
     let ss = plan.sector_size;
-    let part = |p: &Planned| {
+    let part = |p: &PlannedPartition| {
         KernelPart::from_sectors(p.number, p.start, p.size, p.role == Role::Extended, ss)
     };
     plan.partitions.iter().filter_map(part).collect()
@@ -193,7 +193,7 @@ fn planned_kernel_parts(plan: &Plan) -> Vec<KernelPart> {
 
 fn label_text(plan: &Plan) -> &'static str {
     match plan.label {
-        blkalign::plan::Label::Gpt => "GPT",
-        blkalign::plan::Label::Mbr => "MBR",
+        blkalign::plan::NewLabel::Gpt => "GPT",
+        blkalign::plan::NewLabel::Mbr => "MBR",
     }
 }

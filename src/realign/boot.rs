@@ -10,7 +10,7 @@
 
 use super::initramfs::Generator;
 use super::journal::{Journal, Phase};
-use super::session::{Events, Options, Outcome, Refusal, Session, SessionError};
+use super::session::{Events, MoveOptions, MoveRefusal, Outcome, Session, SessionError};
 use super::state::Store;
 use crate::device::exclusive::Mount;
 use crate::device::{self, sysfs, Identity, Overrides, SysRoot};
@@ -299,11 +299,11 @@ fn resume_and_move(
         if here.is_some_and(|p| p.start == shift.to) {
             continue;
         }
-        let opts = Options {
+        let opts = MoveOptions {
             to: Some(shift.to),
             journal: Some(BootPlan::journal(dir, shift.partition)),
             rescue: action == Action::Rescue,
-            ..Options::default()
+            ..MoveOptions::default()
         };
         ended(session.move_all(&opts, &[shift.partition], events)?)?;
     }
@@ -347,7 +347,7 @@ fn release_mappings(root: &SysRoot, disk: &str, partitions: &[u32]) -> Result<bo
 /// A move a stop request ended early, as an error: at boot nothing asks.
 fn ended(outcome: Outcome) -> Result<(), SessionError> {
     match outcome {
-        Outcome::Stopped(why) => Err(Refusal::Stopped(why).into()),
+        Outcome::Stopped(why) => Err(MoveRefusal::Stopped(why).into()),
         Outcome::Finished => Ok(()),
     }
 }

@@ -1,4 +1,4 @@
-//! Amiga Rigid Disk Blocks, read as Linux's block/partitions/amiga.c reads
+//! Amiga Rigid SchemeDisk Blocks, read as Linux's block/partitions/amiga.c reads
 //! them: the RDB in one of the first 16 blocks of 512 bytes (the first
 //! whose longs sum to 0), then its list of partition blocks linked by
 //! pb_Next (at most 16 visited), each partition's place computed from its
@@ -7,7 +7,7 @@
 
 use super::common::{in_logical_sectors, read_bytes};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::{be_u32, ReadAt};
 
@@ -111,7 +111,7 @@ fn list(blocks: &[u64]) -> String {
     blocks.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// The Amiga Rigid Disk Block.
+/// The Amiga Rigid SchemeDisk Block.
 pub struct Amiga;
 
 impl Scheme for Amiga {
@@ -121,7 +121,7 @@ impl Scheme for Amiga {
 
     /// Linux's amiga.c gives way to the parsers after it when it makes no
     /// partition (an RDB without any, or one it cannot follow): `Empty`.
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         Ok(match read_into(disk.dev, layout)? {
             false => Found::No,
             true if layout.partitions.is_empty() => Found::Empty,

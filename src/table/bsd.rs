@@ -5,7 +5,7 @@
 
 use super::common::{in_logical_sectors, libblkid_differs, read_bytes};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{types, Label, Layout, PartKind, Partition, Problem};
 use crate::io::be_u16;
 use crate::io::{le_u16, le_u32, ReadAt};
@@ -91,7 +91,7 @@ impl Scheme for Bsd {
         "bsd"
     }
 
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
     }
 

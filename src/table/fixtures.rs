@@ -22,7 +22,7 @@ fn at(lba: u64, ss: u64) -> usize {
 pub fn mbr_entry(img: &mut [u8], base: usize, slot: usize, kind: u8, start: u32, sectors: u32) {
     let record = &mut img[base..];
     let e = mbr::entry_at(record, slot).unwrap();
-    mbr::put_entry(record, slot, &mbr::Entry { kind, start_lba: start, sectors, ..e });
+    mbr::put_entry(record, slot, &mbr::MbrEntry { kind, start_lba: start, sectors, ..e });
     mbr::sign(record);
 }
 
@@ -48,7 +48,7 @@ pub fn gpt_image(ss: u64, sectors: u64, entry_size: u32, parts: &[(u64, u64, &st
     mbr_entry(&mut img, 0, 0, 0xEE, 1, u32::try_from(sectors - 1).unwrap_or(u32::MAX));
     let mut array = vec![0u8; 128 * entry_size as usize];
     for (i, &(first_lba, last_lba, name)) in parts.iter().enumerate() {
-        let mut entry = gpt::Entry {
+        let mut entry = gpt::GptEntry {
             type_guid: Guid(LINUX),
             unique_guid: Guid([i as u8 + 1; 16]),
             first_lba,

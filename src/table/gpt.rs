@@ -4,7 +4,7 @@
 use super::error::TableError;
 pub use super::error::{CopyError, HeaderError};
 use super::mbr::Mbr;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{GptInfo, Label, Layout, PartKind, Partition, Problem};
 
 use crate::io::{le_u32, le_u64, read_lba, read_sectors, ReadAt};
@@ -193,7 +193,7 @@ pub fn header_crc_of(raw: &[u8]) -> u32 {
 
 /// One partition entry, every field as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct GptEntry {
     pub type_guid: Guid,
     pub unique_guid: Guid,
     pub first_lba: u64,
@@ -203,15 +203,15 @@ pub struct Entry {
     pub name: [u16; 36],
 }
 
-impl Entry {
+impl GptEntry {
     /// Decode an entry; None when `raw` is shorter than 128 bytes.
-    pub fn parse(raw: &[u8]) -> Option<Entry> {
+    pub fn parse(raw: &[u8]) -> Option<GptEntry> {
         let mut name = [0u16; 36];
         let units = raw.get(56..128)?.chunks_exact(2);
         for (unit, pair) in name.iter_mut().zip(units) {
             *unit = u16::from_le_bytes([*pair.first()?, *pair.get(1)?]);
         }
-        Some(Entry {
+        Some(GptEntry {
             type_guid: Guid::parse(raw)?,
             unique_guid: Guid::parse(raw.get(16..)?)?,
             first_lba: le_u64(raw, 32)?,
@@ -260,7 +260,7 @@ impl Entry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Table {
     pub header: Header,
-    pub entries: Vec<Entry>,
+    pub entries: Vec<GptEntry>,
 }
 
 /// Read and check the copy whose header sits at `lba`. The error says why
@@ -303,7 +303,11 @@ fn check_header(h: &Header, lba: u64, sector_size: u64, sectors: u64) -> Result<
     Ok(())
 }
 
-fn read_entries(dev: &dyn ReadAt, h: &Header, sector_size: u64) -> Result<Vec<Entry>, CopyError> {
+fn read_entries(
+    dev: &dyn ReadAt,
+    h: &Header,
+    sector_size: u64,
+) -> Result<Vec<GptEntry>, CopyError> {
     let lba = h.entries_lba;
     let count = h.entries_bytes().div_ceil(sector_size);
     let raw = read_sectors(dev, lba, count, sector_size)
@@ -316,7 +320,10 @@ fn read_entries(dev: &dyn ReadAt, h: &Header, sector_size: u64) -> Result<Vec<En
         return Err(CopyError::ArrayCrc { stored: h.entries_crc, computed });
     }
     let size = usize::try_from(h.entry_size).map_err(|_| CopyError::EntryBytes)?;
-    array.chunks_exact(size).map(|raw| Entry::parse(raw).ok_or(CopyError::EntryTruncated)).collect()
+    array
+        .chunks_exact(size)
+        .map(|raw| GptEntry::parse(raw).ok_or(CopyError::EntryTruncated))
+        .collect()
 }
 
 /// The GUID partition table, behind its protective MBR.
@@ -329,7 +336,7 @@ impl Scheme for Gpt {
 
     /// Read when an MBR guards it with a 0xEE entry, or when no MBR is in
     /// use and LBA 1 holds a valid GPT (which Linux ignores without `gpt`).
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         let mbr = Mbr::parse(&disk.sector0);
         let guarded = mbr.as_ref().is_some_and(Mbr::guards_gpt);
         let mbr_in_use = mbr.as_ref().is_some_and(Mbr::in_use);
@@ -480,7 +487,12 @@ fn check_placement(h: &Header, used_backup: bool, sectors: u64, problems: &mut V
 }
 
 /// The partition in entry `slot`, if used and sane.
-fn partition(slot: u32, e: &Entry, h: &Header, problems: &mut Vec<Problem>) -> Option<Partition> {
+fn partition(
+    slot: u32,
+    e: &GptEntry,
+    h: &Header,
+    problems: &mut Vec<Problem>,
+) -> Option<Partition> {
     if !e.is_used() {
         return None;
     }
@@ -554,14 +566,14 @@ mod tests {
 
         #[test]
         fn entry_round_trips(raw in proptest::collection::vec(any::<u8>(), 128)) {
-            let e = Entry::parse(&raw).unwrap();
+            let e = GptEntry::parse(&raw).unwrap();
             prop_assert_eq!(e.encode().to_vec(), raw);
-            prop_assert_eq!(Entry::parse(&e.encode()), Some(e));
+            prop_assert_eq!(GptEntry::parse(&e.encode()), Some(e));
         }
 
         #[test]
         fn names_are_cut_to_36_units(name in "\\PC{0,40}") {
-            let mut e = Entry::parse(&[0u8; 128]).unwrap();
+            let mut e = GptEntry::parse(&[0u8; 128]).unwrap();
             e.set_name(&name);
             let units: Vec<u16> = name.encode_utf16().take(36).collect();
             let want = String::from_utf16_lossy(&units);

@@ -3,7 +3,7 @@
 
 use super::common::{in_logical_sectors, libblkid_differs, read_bytes, VTOC_SANE};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::ReadAt;
 use crate::io::{be_u16, be_u32};
@@ -21,7 +21,7 @@ impl Scheme for Sun {
         "sun"
     }
 
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
     }
 

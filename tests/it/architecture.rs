@@ -19,6 +19,7 @@ tests![
     public_api_is_listed,
     root_items_reads_uses_groups_renames_and_items,
     examples_use_only_the_root,
+    no_two_public_types_share_a_name,
 ];
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -712,4 +713,37 @@ fn examples_use_only_the_root() {
         }
     }
     assert!(found.is_empty(), "examples use what is not the root's API: {found:?}");
+}
+
+/// Distinct names for distinct things: no two `pub` types of the library
+/// (outside its unit tests) share a name, so a caller never has to tell
+/// `plan::Label` from `table::Label` by its path.
+fn no_two_public_types_share_a_name() {
+    let src = Path::new(ROOT).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    all.sort();
+    let kinds = ["struct", "enum", "trait", "type", "union"];
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in all.iter().filter(|f| !f.starts_with(src.join("cli")) && !test_only(f)) {
+        let text = fs::read_to_string(file).unwrap();
+        for line in code(production(&text)).lines() {
+            let Some(rest) = line.trim_start().strip_prefix("pub ") else { continue };
+            let mut words = rest.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+            if !words.next().is_some_and(|w| kinds.contains(&w)) {
+                continue;
+            }
+            if let Some(name) = words.next().filter(|n| !n.is_empty()) {
+                let place = file.strip_prefix(ROOT).unwrap().display().to_string();
+                seen.entry(name.to_string()).or_default().push(place);
+            }
+        }
+    }
+    assert!(seen.len() > 100, "{} public types found", seen.len());
+    let shared: Vec<String> = seen
+        .iter()
+        .filter(|(_, places)| places.len() > 1)
+        .map(|(name, places)| format!("{name}: {}", places.join(", ")))
+        .collect();
+    assert!(shared.is_empty(), "public types sharing a name:\n{}", shared.join("\n"));
 }

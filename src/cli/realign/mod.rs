@@ -11,7 +11,9 @@ use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
 use blkalign::device::SysRoot;
 use blkalign::realign::journal::{Journal, Phase};
-use blkalign::realign::session::{Done, Events, Options, Outcome, Planned, Session, Status};
+use blkalign::realign::session::{
+    Done, Events, MoveOptions, Outcome, PlannedMove, Session, Status,
+};
 use blkalign::realign::state::{self, Store};
 use blkalign::realign::{undo, Move};
 use blkalign::units::human_size;
@@ -152,7 +154,12 @@ fn undo(session: &Session, path: &Path, args: &Args, events: &mut Terminal) -> a
     }
 }
 
-fn dry_run(session: &Session, opts: &Options, wanted: &[u32], json: bool) -> anyhow::Result<u8> {
+fn dry_run(
+    session: &Session,
+    opts: &MoveOptions,
+    wanted: &[u32],
+    json: bool,
+) -> anyhow::Result<u8> {
     let report = session.plan(opts, wanted)?;
     print_plan(&session.target().path, true, &report, json)?;
     if report.iter().any(|m| m.refused.is_some()) {
@@ -329,10 +336,15 @@ fn progress(total: u64) -> ProgressBar {
 struct PlanOutput<'a> {
     target: &'a Path,
     dry_run: bool,
-    moves: &'a [Planned],
+    moves: &'a [PlannedMove],
 }
 
-fn print_plan(target: &Path, dry_run: bool, moves: &[Planned], json: bool) -> anyhow::Result<()> {
+fn print_plan(
+    target: &Path,
+    dry_run: bool,
+    moves: &[PlannedMove],
+    json: bool,
+) -> anyhow::Result<()> {
     if json {
         return super::emit_json(&PlanOutput { target, dry_run, moves });
     }

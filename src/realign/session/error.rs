@@ -22,7 +22,7 @@ pub enum SessionError {
     Table { path: PathBuf, source: TableError },
     /// Refused before anything was written.
     #[error(transparent)]
-    Refused(#[from] Refusal),
+    Refused(#[from] MoveRefusal),
     #[error(transparent)]
     Guard(#[from] guard::GuardError),
     #[error(transparent)]
@@ -48,7 +48,7 @@ pub enum SessionError {
 /// Why a move was refused before anything was written, for a caller to
 /// match.
 #[derive(Debug, thiserror::Error)]
-pub enum Refusal {
+pub enum MoveRefusal {
     #[error("{} is partition {number}: name its disk instead (`blkalign realign /dev/{disk} {number}`)", path.display())]
     PartitionNamed { path: PathBuf, number: u32, disk: String },
     #[error(

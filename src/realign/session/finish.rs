@@ -2,7 +2,7 @@
 //! kernel, commit Done, remove the record; and what a stop or an error
 //! leaves, in words, with the ways on.
 
-use super::error::{io_error, Refusal, SessionError};
+use super::error::{io_error, MoveRefusal, SessionError};
 use super::events::{Done, Events, Outcome, Rescued};
 use super::open::Session;
 use crate::realign::copy::{self, MoveError};
@@ -30,7 +30,7 @@ impl Session {
         if undoing.exists() {
             let partition = journal.record.partition;
             let finish = state::finish_command(&self.target.path, partition);
-            return Err(Refusal::BeingUndone { partition, journal: undoing, finish }.into());
+            return Err(MoveRefusal::BeingUndone { partition, journal: undoing, finish }.into());
         }
         let writer = self.host.writer()?;
         let m = journal.record.clone();
@@ -159,7 +159,7 @@ impl Session {
 mod tests {
     use super::*;
     use crate::realign::session::lab::{assert_moved, image, lab, opts, partition, Log, OLD, SS};
-    use crate::realign::session::options::Options;
+    use crate::realign::session::options::MoveOptions;
     use std::sync::atomic::Ordering;
 
     /// A failing write stops the move with its journal and record intact;
@@ -185,7 +185,7 @@ mod tests {
     #[test]
     fn a_rerun_is_refused_while_an_undo_is_under_way() {
         let lab = lab();
-        let to_64 = Options { to: Some(64), ..opts() };
+        let to_64 = MoveOptions { to: Some(64), ..opts() };
         *lab.mem.writes_left.lock().unwrap() = Some(0);
         lab.session.move_all(&to_64, &[1], &mut Log::default()).unwrap_err();
         let journal = lab.session.unfinished(None).unwrap().unwrap();
@@ -202,7 +202,7 @@ mod tests {
         let lab = lab();
         let bad = [OLD + 100, OLD + 101, OLD + 3000];
         *lab.mem.unreadable.lock().unwrap() = bad.to_vec();
-        let rescue = Options { rescue: true, ..opts() };
+        let rescue = MoveOptions { rescue: true, ..opts() };
         let mut log = Log::default();
         assert_eq!(lab.session.move_all(&rescue, &[1], &mut log).unwrap(), Outcome::Finished);
         assert!(log.notes.iter().any(|n| n.contains("cannot be read")), "{:?}", log.notes);

@@ -1,7 +1,7 @@
 //! `--undo`: a stopped move taken back under its own journal, then the
 //! first journal marked undone and its record forgotten.
 
-use super::error::{io_error, Refusal, SessionError};
+use super::error::{io_error, MoveRefusal, SessionError};
 use super::events::{Events, Outcome};
 use super::open::Session;
 use super::status::Status;
@@ -29,7 +29,7 @@ impl Session {
             Some(Journal::open(&undo_path)?)
         } else {
             undo::begin(&forward, &*writer).map_err(|e| match e {
-                BeginError::Undo(e) => Refusal::Undo(e).into(),
+                BeginError::Undo(e) => MoveRefusal::Undo(e).into(),
                 BeginError::Journal(e) => SessionError::Journal(e),
                 BeginError::Io { lba, source } => SessionError::Move {
                     source: MoveError::Io { what: "writing", lba, source },
@@ -102,7 +102,7 @@ impl Session {
 mod tests {
     use super::*;
     use crate::realign::session::lab::{image, lab, opts, Log};
-    use crate::realign::session::options::Options;
+    use crate::realign::session::options::MoveOptions;
 
     /// A move stopped by a failing write (its chunk half-written over its
     /// own source, saved in the journal) is undone: every byte back, the
@@ -111,7 +111,7 @@ mod tests {
     #[test]
     fn a_stopped_move_is_undone_exactly() {
         let lab = lab();
-        let to_64 = Options { to: Some(64), ..opts() };
+        let to_64 = MoveOptions { to: Some(64), ..opts() };
         *lab.mem.writes_left.lock().unwrap() = Some(0);
         let err = lab.session.move_all(&to_64, &[1], &mut Log::default()).unwrap_err();
         assert!(err.to_string().contains("--undo"), "names the way back: {err}");
