@@ -39,7 +39,7 @@ pub use realign::session::{
 };
 pub use realign::state::Store;
 // Rewrite a table for the other sector size.
-pub use rescale::{plan_rescale, RescaleError, Rescaled};
+pub use rescale::{plan_rescale, RefusedEntry, RescaleError, RescaleRefusal, Rescaled};
 // Put a table back.
 pub use backup::{Backup, BackupError};
 
