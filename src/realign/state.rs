@@ -145,12 +145,6 @@ impl Store {
     }
 }
 
-/// The command that finishes the unfinished move of `partition` on
-/// `target`: said the same way wherever a move is left unfinished.
-pub fn finish_command(target: &Path, partition: u32) -> String {
-    format!("blkalign realign {} {partition} --yes", target.display())
-}
-
 /// Whether the move in `m` was made on this disk: same size (and serial
 /// and WWN where both sides know them), and each table region it writes
 /// still holds the old or the new bytes of one of its writes there (an

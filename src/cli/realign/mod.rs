@@ -3,6 +3,7 @@
 
 mod args;
 mod atboot;
+mod words;
 
 pub use args::Args;
 use args::{open_session, options};
@@ -12,9 +13,9 @@ use anyhow::{bail, Context};
 use blkalign::device::SysRoot;
 use blkalign::realign::journal::{Journal, Phase};
 use blkalign::realign::session::{
-    Done, Events, MoveOptions, Outcome, PlannedMove, Session, Status,
+    Done, Events, MoveOptions, Outcome, PlannedMove, Session, Status, Stop,
 };
-use blkalign::realign::state::{self, Store};
+use blkalign::realign::state::Store;
 use blkalign::realign::{undo, Move};
 use blkalign::units::human_size;
 use indicatif::ProgressBar;
@@ -23,6 +24,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
+    realign(args, root).map_err(words::in_words)
+}
+
+fn realign(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if let Some(plan) = &args.at_boot_run {
         return atboot::run_in_initramfs(plan, &args, root);
     }
@@ -64,7 +69,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
                  `{}`",
                 path.display(),
                 journal.path().display(),
-                state::finish_command(path, n)
+                words::finish_command(path, n)
             );
         }
         if !args.yes {
@@ -172,8 +177,8 @@ fn dry_run(
 }
 
 /// A move a signal stopped: what state it is in, and the signal's exit code.
-fn stopped(why: &str) -> anyhow::Result<u8> {
-    eprintln!("{why}");
+fn stopped(why: &Stop) -> anyhow::Result<u8> {
+    eprintln!("{}", words::stop(why));
     Ok(interrupted().unwrap_or(EXIT_ERROR))
 }
 
@@ -307,7 +312,7 @@ fn clean(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
             eprintln!(
                 "kept {}: its move ({what}) is unfinished: finish it with `{}`",
                 path.display(),
-                state::finish_command(&m.target, m.partition)
+                words::finish_command(&m.target, m.partition)
             );
             continue;
         }

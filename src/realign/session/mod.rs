@@ -28,7 +28,7 @@ mod status;
 mod undo;
 
 pub use dry_run::PlannedMove;
-pub use error::{MoveRefusal, SessionError};
+pub use error::{MoveRefusal, SessionError, Stop, WayOn};
 pub use events::{Done, Events, Outcome, Rescued};
 pub use host::{DiskHost, Host, Writer};
 pub use open::Session;

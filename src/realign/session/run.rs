@@ -2,7 +2,7 @@
 //! then each wanted partition placed, read, journaled (the state record
 //! first) and moved to the end.
 
-use super::error::{io_error, MoveRefusal, SessionError};
+use super::error::{io_error, MoveRefusal, SessionError, Stop};
 use super::events::{Events, Outcome};
 use super::open::Session;
 use super::options::MoveOptions;
@@ -59,12 +59,11 @@ impl Session {
                 return Err(MoveRefusal::Vanished(n).into());
             };
             let placement = Placement { partition: current.clone(), ..placement };
+            let untouched = || {
+                Outcome::Stopped(Stop::Untouched { target: self.target.path.clone(), partition: n })
+            };
             if events.stop_requested() {
-                return Ok(Outcome::Stopped(format!(
-                    "interrupted: partition {n} of {} was not touched; rerun the same command \
-                     to move it",
-                    self.target.path.display()
-                )));
+                return Ok(untouched());
             }
             let prepared = prepare(
                 &*self.reader,
@@ -75,11 +74,7 @@ impl Session {
             )?;
             if opts.read_check && self.read_check(opts, &prepared.record, events)? == Scan::Stopped
             {
-                return Ok(Outcome::Stopped(format!(
-                    "interrupted: partition {n} of {} was not touched; rerun the same command \
-                     to move it",
-                    self.target.path.display()
-                )));
+                return Ok(untouched());
             }
             let journal = self.create_journal(opts, &prepared)?;
             for note in placement.note.iter().chain(&prepared.notes) {
