@@ -111,7 +111,7 @@ pub struct PartitionAudit {
 impl PartitionAudit {
     /// Not the extended container (only EBRs) nor an entry that stands
     /// for the label itself (Sun's whole disk, Apple's map).
-    pub fn holds_data(&self) -> bool {
+    pub(crate) fn holds_data(&self) -> bool {
         self.partition.kind != PartKind::Extended && !table::holds_no_data(&self.partition)
     }
 }
@@ -220,7 +220,7 @@ impl DiskAudit {
     /// The partitions that hold data. The extended container holds only
     /// EBRs, and some labels' entries (Sun's whole disk, Apple's map) hold
     /// nothing: their starts cost nothing and never count.
-    pub fn data_partitions(&self) -> impl Iterator<Item = &PartitionAudit> + Clone {
+    pub(crate) fn data_partitions(&self) -> impl Iterator<Item = &PartitionAudit> + Clone {
         self.partitions.iter().filter(|p| p.holds_data())
     }
 

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Errors are those of measuring: opening, I/O, a device in use.
-pub use crate::bench::BenchError as ProbeError;
+pub(crate) use crate::bench::BenchError as ProbeError;
 
 /// The largest physical sector considered, and the largest write.
 const LARGEST: u64 = 65536;

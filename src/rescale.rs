@@ -159,7 +159,7 @@ pub enum Mismatch {
 }
 
 /// A GPT header field that changes: (name, old, new).
-pub type HeaderChange = (&'static str, u64, u64);
+pub(crate) type HeaderChange = (&'static str, u64, u64);
 
 /// One partition before and after, in sectors of each size.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]

@@ -92,7 +92,7 @@ impl std::fmt::Display for Node {
 }
 
 /// `path` as one shell word: quoted unless it needs no quoting.
-pub fn shell_word(path: &Path) -> String {
+pub(crate) fn shell_word(path: &Path) -> String {
     let text = path.display().to_string();
     let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
     if !text.is_empty() && text.chars().all(plain) {
@@ -615,7 +615,12 @@ fn vfat(part: &AdvisedPartition, io: &IoSizes) -> Advice {
 /// sectors on `physical`-byte physical sectors, and why: FAT32 only where
 /// the clusters are enough for it (the spec's minimum; `-F 32` below it
 /// makes a FAT32 that Windows and the firmware may refuse).
-pub fn mkfs_vfat(dev: &str, size_bytes: u64, logical: u64, physical: u64) -> (String, String) {
+pub(crate) fn mkfs_vfat(
+    dev: &str,
+    size_bytes: u64,
+    logical: u64,
+    physical: u64,
+) -> (String, String) {
     let cluster = physical.clamp(FS_BLOCK, 32768).max(logical);
     // Room for the FATs and reserved sectors besides the clusters.
     let fat32 = size_bytes / cluster > FAT32_MIN_CLUSTERS + 1024;

@@ -56,7 +56,7 @@ pub fn open_direct(path: &Path, mode: Mode, sync: bool) -> Result<File, BenchErr
 /// A new read-write O_DIRECT description of an already open file, so callers
 /// may pass whatever descriptor they hold (audit opens read-only); exclusive
 /// for a block device, as [`open_direct`].
-pub fn reopen_direct(file: &File) -> Result<File, BenchError> {
+pub(crate) fn reopen_direct(file: &File) -> Result<File, BenchError> {
     let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
     open_direct(&path, Mode::Write, false)
 }

@@ -19,11 +19,14 @@ pub mod svg;
 #[cfg(feature = "io_uring")]
 pub mod uring;
 
-pub use engine::{Engine, Unavailable};
-pub use io::{device_info, open_direct, reopen_direct, DeviceInfo, KernelView};
-pub use plan::{Cell, IoPlan, Span, Workload};
+pub use engine::Engine;
+pub use io::{device_info, open_direct};
+pub(crate) use io::{reopen_direct, KernelView};
+pub(crate) use plan::{Cell, IoPlan};
+pub use plan::{Span, Workload};
 pub use progress::{BenchPhase, Progress};
-pub use request::{BenchError, IoRequest, Mode};
+pub use request::Mode;
+pub(crate) use request::{BenchError, IoRequest};
 
 use rng::Rng;
 use serde::Serialize;

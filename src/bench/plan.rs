@@ -42,11 +42,11 @@ pub struct Span {
 }
 
 /// The largest request: its backup is held in memory.
-pub const MAX_SIZE: u64 = CHUNK_BYTES;
+pub(crate) const MAX_SIZE: u64 = CHUNK_BYTES;
 
 /// The most requests in one run: each takes some 40 bytes of bookkeeping
 /// (position, schedule, latency) before anything is measured.
-pub const MAX_REQUESTS: u64 = 10_000_000;
+pub(crate) const MAX_REQUESTS: u64 = 10_000_000;
 
 fn invalid(message: String) -> BenchError {
     BenchError::Invalid(message)

@@ -103,7 +103,7 @@ pub enum ExportError {
 
 /// How an export may use its image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// Read-only; a running VM's lock makes the export fail, naming it.
     Read,
     /// Read-only past a running VM's lock (a running guest audited on
@@ -117,7 +117,7 @@ pub enum Access {
 
 /// The guest's virtual disk of a VM image as a file, for as long as this
 /// lives: qemu-storage-daemon serving it on a FUSE mount over `file`.
-pub struct Export {
+pub(crate) struct Export {
     file: PathBuf,
     child: Option<std::process::Child>,
     /// Holds the mount point; removed after the daemon is gone.

@@ -17,8 +17,8 @@ mod stack;
 pub use stack::which;
 mod state;
 
-pub use preset::{preset, EmulatedGeometry, Preset, DEFAULT_LATENCY_MS, PRESETS};
-pub use stack::{healthy, power_cut, start, stop, stop_all, StopAll};
+pub use preset::{preset, EmulatedGeometry, DEFAULT_LATENCY_MS};
+pub use stack::{healthy, power_cut, start, stop, stop_all};
 pub use state::{list, state_dir, EmulatedDrive};
 
 use serde::{Deserialize, Serialize};
@@ -43,7 +43,7 @@ pub struct Spec {
 }
 
 /// Size of a drive when neither `--size` nor an existing file says.
-pub const DEFAULT_SIZE: u64 = 1 << 30;
+pub(crate) const DEFAULT_SIZE: u64 = 1 << 30;
 
 /// An inclusive range of logical sectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

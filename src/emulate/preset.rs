@@ -27,7 +27,7 @@ impl EmulatedGeometry {
     }
 
     /// Checks what loop devices and nbdkit's blocksize filter accept.
-    pub fn validate(&self) -> Result<(), EmulateError> {
+    pub(crate) fn validate(&self) -> Result<(), EmulateError> {
         let bad = |why: String| Err(EmulateError::Geometry(why));
         let EmulatedGeometry { logical, physical, alignment_offset, .. } = *self;
         if !logical.is_power_of_two() || !(512..=4096).contains(&logical) {
@@ -64,32 +64,31 @@ impl EmulatedGeometry {
     }
 }
 
-/// A named geometry and the real drive it stands for.
-pub struct Preset {
+/// A named geometry (each commented with the real drive it stands for).
+pub(crate) struct Preset {
     pub name: &'static str,
-    pub drive: &'static str,
     pub geometry: EmulatedGeometry,
 }
 
-pub const PRESETS: &[Preset] = &[
+pub(crate) const PRESETS: &[Preset] = &[
     Preset {
         name: "wd-ears",
-        drive: "WD Caviar Green WD10EARS/WD20EARS: 4 KiB sectors reported as 512 bytes",
+        // WD Caviar Green WD10EARS/WD20EARS: 4 KiB sectors reported as 512 bytes
         geometry: EmulatedGeometry::new(512, 4096, 0),
     },
     Preset {
         name: "wd-ears-jumper",
-        drive: "WD EARS with the Windows XP jumper (pins 7-8): LBA n stored at n + 1",
+        // WD EARS with the Windows XP jumper (pins 7-8): LBA n stored at n + 1
         geometry: EmulatedGeometry::new(512, 4096, 3584),
     },
     Preset {
         name: "4kn",
-        drive: "4K native drive (e.g. WD Red Plus 4Kn, HGST Ultrastar 4Kn): 4096/4096",
+        // 4K native drive (e.g. WD Red Plus 4Kn, HGST Ultrastar 4Kn): 4096/4096
         geometry: EmulatedGeometry::new(4096, 4096, 0),
     },
     Preset {
         name: "native-512",
-        drive: "a 512-byte native drive (pre-2010 disks): no penalty at any offset",
+        // a 512-byte native drive (pre-2010 disks): no penalty at any offset
         geometry: EmulatedGeometry::new(512, 512, 0),
     },
 ];

@@ -48,23 +48,23 @@ impl EmulatedDrive {
         self.dir.join("nbd.sock")
     }
 
-    pub fn mount_dir(&self) -> PathBuf {
+    pub(crate) fn mount_dir(&self) -> PathBuf {
         self.dir.join("mnt")
     }
 
     /// The file nbdfuse serves and the loop device is attached to.
-    pub fn fuse_file(&self) -> PathBuf {
+    pub(crate) fn fuse_file(&self) -> PathBuf {
         self.mount_dir().join("disk")
     }
 
     /// The platter when it is neither in memory nor in the user's file.
     /// The pending sectors written since the drive started (platter byte
     /// offsets, one a line), which read again.
-    pub fn remapped_file(&self) -> PathBuf {
+    pub(crate) fn remapped_file(&self) -> PathBuf {
         self.dir.join("remapped")
     }
 
-    pub fn scratch_file(&self) -> PathBuf {
+    pub(crate) fn scratch_file(&self) -> PathBuf {
         self.dir.join("platter.img")
     }
 
@@ -85,7 +85,7 @@ impl EmulatedDrive {
 
     /// Deletes the working directory, then the record. Both paths come from
     /// the state directory and the id, never from the record's `dir`.
-    pub fn forget(&self) -> Result<(), EmulateError> {
+    pub(crate) fn forget(&self) -> Result<(), EmulateError> {
         remove(&work_dir(&state_dir(), &self.id), |p| fs::remove_dir_all(p))?;
         remove(&self.record(), |p| fs::remove_file(p))
     }
@@ -194,7 +194,7 @@ pub fn ids() -> Result<Vec<String>, EmulateError> {
 }
 
 /// Working directories whose record is gone (a crash between the two).
-pub fn orphan_dirs() -> Vec<PathBuf> {
+pub(crate) fn orphan_dirs() -> Vec<PathBuf> {
     let root = state_dir();
     let Ok(entries) = fs::read_dir(&root) else {
         return Vec::new();

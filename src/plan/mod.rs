@@ -21,12 +21,9 @@ pub use error::PlanError;
 pub use grain::grain;
 pub use layout::GPT_ENTRIES_BYTES;
 pub use planned::{Plan, PlannedPartition, Role};
-pub use request::{
-    parse_part, parse_size, Align, AlignError, NewLabel, PartitionRequest, Size, SizeError,
-};
-pub use resolve::resolve_type;
-pub use script::{parse_script, BoundError, Container, Reason, Script, ScriptError, SCRIPT_LIMIT};
-pub use target::{topology, TargetError};
+pub use request::{parse_part, parse_size, Align, NewLabel, PartitionRequest, Size};
+pub use script::{parse_script, Script, SCRIPT_LIMIT};
+pub use target::topology;
 
 use crate::align::{lcm, Geometry};
 use grain::{grain_on, Disk};
@@ -37,7 +34,7 @@ use script::Slots;
 /// Sectors per cylinder in the 224-head, 56-sector geometry: cylinder (and
 /// track) boundaries then fall on 4 KiB, pleasing old operating systems and
 /// Advanced Format drives alike.
-pub const CYLINDER_SECTORS: u64 = 224 * 56;
+pub(crate) const CYLINDER_SECTORS: u64 = 224 * 56;
 const TRACK_SECTORS: u64 = 56;
 
 /// Lay out `requests` on a disk of geometry `g` and `size_bytes`: every

@@ -37,7 +37,7 @@ pub(super) fn mbr_code(text: &str) -> Option<u8> {
 
 /// A TYPE as typed, as its table stores it: "0x83" on MBR, an upper-case
 /// GUID on GPT. Names, MBR hex codes ("83", "0x83") and GUIDs are accepted.
-pub fn resolve_type(label: NewLabel, text: &str) -> Result<String, PlanError> {
+pub(crate) fn resolve_type(label: NewLabel, text: &str) -> Result<String, PlanError> {
     let bad = || PlanError::Type(text.to_string(), label);
     let t = text.trim().to_ascii_lowercase();
     match (label, types::by_name(&t)) {

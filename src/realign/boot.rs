@@ -26,7 +26,7 @@ const RESULT: &str = "result.json";
 /// The free space a journal may need: two saved chunks and its record.
 const JOURNAL_ROOM: u64 = 2 * super::CHUNK_BYTES + (4 << 20);
 /// File systems the initramfs can mount for the journal, with their module.
-pub const JOURNAL_FS: [(&str, &str); 6] = [
+pub(crate) const JOURNAL_FS: [(&str, &str); 6] = [
     ("ext4", "ext4"),
     ("ext3", "ext4"),
     ("ext2", "ext4"),
@@ -152,7 +152,7 @@ impl BootPlan {
 
     /// Why `layout` is not the table this plan was made for, where a
     /// partition moved by the plan may be at either of its starts.
-    pub fn table_changed(&self, layout: &Layout) -> Option<String> {
+    pub(crate) fn table_changed(&self, layout: &Layout) -> Option<String> {
         if layout.partitions.len() != self.table.len() {
             return Some(format!(
                 "the disk has {} partitions; it had {} when the move was scheduled",

@@ -283,7 +283,7 @@ impl Journal {
     /// file cut off, both flushed. Overwriting them instead would double
     /// what a move writes to the journal's disk. The headers, record and
     /// checksums stay for `--status`.
-    pub fn scrub(&mut self) -> Result<(), JournalError> {
+    pub(crate) fn scrub(&mut self) -> Result<(), JournalError> {
         use rustix::fs::{fallocate, FallocateFlags};
         let err = |source| JournalError::Io { path: self.path.clone(), source };
         if !self.state.phase.finished() {

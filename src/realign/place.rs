@@ -132,7 +132,7 @@ pub fn place(
 /// is not a whole number of physical sectors no start aligns both the
 /// partition and the clusters. `layers` are the partition's, `dev` names
 /// it, `size_bytes` is its size.
-pub fn fat_data_warning(
+pub(crate) fn fat_data_warning(
     layers: &[Layer],
     physical: u64,
     dev: &str,

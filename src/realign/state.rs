@@ -140,7 +140,11 @@ impl Store {
     }
 
     /// The unfinished move that applies to this disk, if any.
-    pub fn unfinished_on(&self, dev: &dyn ReadAt, id: &Identity) -> Option<(Record, Journal)> {
+    pub(crate) fn unfinished_on(
+        &self,
+        dev: &dyn ReadAt,
+        id: &Identity,
+    ) -> Option<(Record, Journal)> {
         self.unfinished().into_iter().find(|(_, j)| applies(&j.record, dev, id))
     }
 }

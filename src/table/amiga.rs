@@ -15,9 +15,9 @@ use crate::io::{be_u32, ReadAt};
 const RDSK: u32 = 0x5244_534B;
 const PART: u32 = 0x5041_5254;
 /// Linux looks for the RDB in blocks 0..RDB_ALLOCATION_LIMIT.
-pub const RDB_ALLOCATION_LIMIT: u64 = 16;
+pub(crate) const RDB_ALLOCATION_LIMIT: u64 = 16;
 /// Linux visits at most this many partition blocks.
-pub const MAX_BLOCKS: u32 = 16;
+pub(crate) const MAX_BLOCKS: u32 = 16;
 const BLOCK: usize = 512;
 /// Offsets in the RDB of rdb_SummedLongs, rdb_BlockBytes,
 /// rdb_PartitionList and rdb_CylBlocks.
@@ -340,7 +340,7 @@ pub(crate) mod fixtures {
     }
 
     /// Recompute the checksum of the block at byte `at` (64 longs summed).
-    pub fn seal(img: &mut [u8], at: usize) {
+    pub(crate) fn seal(img: &mut [u8], at: usize) {
         put(img, at + 8, 0);
         let sum = sum_of(&img[at..at + BLOCK]);
         put(img, at + 8, 0u32.wrapping_sub(sum));
@@ -350,7 +350,7 @@ pub(crate) mod fixtures {
     /// `block_bytes`-byte blocks, cylinders of `heads` × `sectors` blocks,
     /// and partition blocks at the given block numbers (each entry: its
     /// block, low and high cylinder), linked in that order.
-    pub fn rdb_image(
+    pub(crate) fn rdb_image(
         units: usize,
         rdb: usize,
         block_bytes: u32,

@@ -280,7 +280,7 @@ pub(crate) mod fixtures {
 
     /// 8192 units: GEM 1 at 2+2046, an XGM chain at 2048 (3 partitions:
     /// 2049+1000, 3050+1000, 4051+1000), LNX at 6144+2048.
-    pub fn xgm_image() -> Vec<u8> {
+    pub(crate) fn xgm_image() -> Vec<u8> {
         let mut img = vec![0u8; 8192 * 512];
         entry(&mut img, 0, 0, b"GEM", 2, 2046);
         entry(&mut img, 0, 1, b"XGM", 2048, 4096);

@@ -162,7 +162,7 @@ pub fn detect_sector_size(dev: &dyn ReadAt, size_bytes: u64) -> SectorGuess {
 /// attached with `losetup -b`): its GPT header sits only where that size
 /// puts it, or its MBR fits (or holds recognisable contents) only read in
 /// that size. The kernel reads such a table at the wrong places.
-pub fn written_for(dev: &dyn ReadAt, size_bytes: u64, logical: u64) -> Option<u64> {
+pub(crate) fn written_for(dev: &dyn ReadAt, size_bytes: u64, logical: u64) -> Option<u64> {
     let other = match logical {
         512 => 4096,
         4096 => 512,

@@ -52,17 +52,17 @@ pub static LDM: Named = Named { name: "ldm", probe: ldm };
 
 /// NEC PC-98, by parted's test: 512-byte sectors and a PC-98 boot
 /// loader's signature.
-pub static PC98: Named = Named { name: "pc98", probe: pc98 };
+pub(crate) static PC98: Named = Named { name: "pc98", probe: pc98 };
 
 /// A DEC Ultrix label at the end of sector 31.
-pub static ULTRIX: Named = Named { name: "ultrix", probe: ultrix };
+pub(crate) static ULTRIX: Named = Named { name: "ultrix", probe: ultrix };
 
 /// A Rio Karma label (magic 0xAB56 at byte 510) with a partition the
 /// kernel would create.
-pub static KARMA: Named = Named { name: "karma", probe: karma };
+pub(crate) static KARMA: Named = Named { name: "karma", probe: karma };
 
 /// A Motorola SYSV68 volume id.
-pub static SYSV68: Named =
+pub(crate) static SYSV68: Named =
     Named { name: "sysv68", probe: |disk| disk.sector0.get(248..256) == Some(b"MOTOROLA") };
 
 fn ldm(disk: &SchemeDisk<'_>) -> bool {

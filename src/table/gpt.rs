@@ -2,7 +2,7 @@
 //! a copy of the partition entry array.
 
 use super::error::TableError;
-pub use super::error::{CopyError, HeaderError};
+pub(crate) use super::error::{CopyError, HeaderError};
 use super::mbr::Mbr;
 use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{GptInfo, Label, Layout, PartKind, Partition, Problem};
@@ -12,11 +12,11 @@ use std::fmt;
 
 pub const SIGNATURE: &[u8; 8] = b"EFI PART";
 /// UEFI revision 1.0; any 1.x minor revision reads the same.
-pub const REVISION: u32 = 0x0001_0000;
+pub(crate) const REVISION: u32 = 0x0001_0000;
 /// Bytes of the header we know; the rest of its sector is reserved.
 pub const HEADER_SIZE: u32 = 92;
 /// The only entry size Linux accepts; UEFI allows 128 * 2^n.
-pub const ENTRY_SIZE: u32 = 128;
+pub(crate) const ENTRY_SIZE: u32 = 128;
 /// Bigger entry arrays are treated as corrupt headers.
 pub const MAX_ENTRIES_BYTES: u64 = 16 << 20;
 /// Offset of the header CRC, zeroed while computing it.
@@ -25,7 +25,7 @@ const HEADER_BYTES: usize = HEADER_SIZE as usize;
 const ENTRY_BYTES: usize = ENTRY_SIZE as usize;
 /// The entry array a new table gets: 128 entries of 128 bytes, as every
 /// tool writes it.
-pub const NEW_ARRAY_BYTES: u64 = 128 * 128;
+pub(crate) const NEW_ARRAY_BYTES: u64 = 128 * 128;
 
 /// A GUID as stored: the first three fields little-endian.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl Guid {
         Some(Guid(raw.get(..16)?.try_into().ok()?))
     }
 
-    pub fn is_zero(&self) -> bool {
+    pub(crate) fn is_zero(&self) -> bool {
         self.0 == [0; 16]
     }
 }
@@ -150,7 +150,7 @@ impl Header {
 
     /// The 92 bytes we know, every field as it is (the CRC too: see
     /// [`Header::seal`]); `parse` reads them back.
-    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+    pub(crate) fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut raw = [0u8; HEADER_BYTES];
         put(&mut raw, 0, SIGNATURE);
         put(&mut raw, 8, &self.revision.to_le_bytes());
@@ -170,12 +170,12 @@ impl Header {
 
     /// Set the header CRC to that of the encoded header (which is the
     /// whole header when `header_size` is [`HEADER_SIZE`]).
-    pub fn seal(&mut self) {
+    pub(crate) fn seal(&mut self) {
         self.header_crc = header_crc_of(&self.encode());
     }
 
     /// Bytes of the entry array (cannot overflow: both factors are u32).
-    pub fn entries_bytes(&self) -> u64 {
+    pub(crate) fn entries_bytes(&self) -> u64 {
         u64::from(self.entry_count) * u64::from(self.entry_size)
     }
 }
@@ -223,7 +223,7 @@ impl GptEntry {
 
     /// The 128 bytes `parse` reads back; bytes of a larger entry past them
     /// are not ours to write.
-    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+    pub(crate) fn encode(&self) -> [u8; ENTRY_BYTES] {
         let mut raw = [0u8; ENTRY_BYTES];
         put(&mut raw, 0, &self.type_guid.0);
         put(&mut raw, 16, &self.unique_guid.0);
@@ -237,7 +237,7 @@ impl GptEntry {
     }
 
     /// Store `name` as UTF-16, cut to the 36 units an entry holds.
-    pub fn set_name(&mut self, name: &str) {
+    pub(crate) fn set_name(&mut self, name: &str) {
         self.name = [0; 36];
         for (unit, u) in self.name.iter_mut().zip(name.encode_utf16()) {
             *unit = u;

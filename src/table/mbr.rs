@@ -14,14 +14,14 @@ pub const SIGNATURE: u16 = 0xAA55;
 const SIGNATURE_AT: usize = 510;
 const DISK_SIGNATURE_AT: usize = 440;
 /// Offset of the four partition entries.
-pub const ENTRIES_OFFSET: usize = 446;
-pub const ENTRY_SIZE: usize = 16;
+pub(crate) const ENTRIES_OFFSET: usize = 446;
+pub(crate) const ENTRY_SIZE: usize = 16;
 /// Type of the entry guarding a GPT.
-pub const TYPE_GPT: u8 = 0xEE;
+pub(crate) const TYPE_GPT: u8 = 0xEE;
 /// Types that make an entry an extended container.
-pub const EXTENDED_TYPES: [u8; 3] = [0x05, 0x0F, 0x85];
+pub(crate) const EXTENDED_TYPES: [u8; 3] = [0x05, 0x0F, 0x85];
 /// Longer EBR chains are treated as corrupt.
-pub const MAX_EBRS: usize = 1024;
+pub(crate) const MAX_EBRS: usize = 1024;
 
 /// One 16-byte partition entry, every field as stored.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,7 +49,7 @@ impl MbrEntry {
     }
 
     /// The 16 bytes `parse` reads back.
-    pub fn encode(&self) -> [u8; ENTRY_SIZE] {
+    pub(crate) fn encode(&self) -> [u8; ENTRY_SIZE] {
         let mut raw = [0u8; ENTRY_SIZE];
         raw[0] = self.boot;
         raw[1..4].copy_from_slice(&self.chs_first);
@@ -82,7 +82,7 @@ impl MbrEntry {
         self.sectors == 0
     }
 
-    pub fn is_extended(&self) -> bool {
+    pub(crate) fn is_extended(&self) -> bool {
         EXTENDED_TYPES.contains(&self.kind)
     }
 
@@ -113,7 +113,7 @@ impl Mbr {
 
     /// Store the record in `sector` (at least 512 bytes), signed; the boot
     /// code around it stays.
-    pub fn encode_into(&self, sector: &mut [u8]) {
+    pub(crate) fn encode_into(&self, sector: &mut [u8]) {
         sector[DISK_SIGNATURE_AT..DISK_SIGNATURE_AT + 4]
             .copy_from_slice(&self.disk_signature.to_le_bytes());
         for (slot, e) in self.entries.iter().enumerate() {
@@ -123,7 +123,7 @@ impl Mbr {
     }
 
     /// Holds a 0xEE entry, protective or hybrid.
-    pub fn guards_gpt(&self) -> bool {
+    pub(crate) fn guards_gpt(&self) -> bool {
         self.entries.iter().any(|e| e.kind == TYPE_GPT)
     }
 
@@ -134,12 +134,12 @@ impl Mbr {
 
     /// Every boot indicator is 0x00 or 0x80: without this the kernel and
     /// libblkid take sector 0 for boot code (a file system's boot sector).
-    pub fn boot_indicators_valid(&self) -> bool {
+    pub(crate) fn boot_indicators_valid(&self) -> bool {
         self.entries.iter().all(|e| e.boot == 0 || e.boot == 0x80)
     }
 
     /// Facts about an MBR sitting in front of a GPT, with its problems.
-    pub fn gpt_guard_info(&self, problems: &mut Vec<Problem>) -> MbrInfo {
+    pub(crate) fn gpt_guard_info(&self, problems: &mut Vec<Problem>) -> MbrInfo {
         let guard = self.entries.iter().find(|e| e.kind == TYPE_GPT);
         // As Linux's is_pmbr_valid: any other entry of a non-zero type.
         let others = self.entries.iter().any(|e| e.kind != 0 && e.kind != TYPE_GPT);
@@ -171,18 +171,18 @@ impl Mbr {
 }
 
 /// MbrEntry `slot` of the boot record in `sector`, signed or not.
-pub fn entry_at(sector: &[u8], slot: usize) -> Option<MbrEntry> {
+pub(crate) fn entry_at(sector: &[u8], slot: usize) -> Option<MbrEntry> {
     MbrEntry::parse(sector.get(ENTRIES_OFFSET + slot * ENTRY_SIZE..)?)
 }
 
 /// Store `e` as entry `slot` of the boot record in `sector`.
-pub fn put_entry(sector: &mut [u8], slot: usize, e: &MbrEntry) {
+pub(crate) fn put_entry(sector: &mut [u8], slot: usize, e: &MbrEntry) {
     let at = ENTRIES_OFFSET + slot * ENTRY_SIZE;
     sector[at..at + ENTRY_SIZE].copy_from_slice(&e.encode());
 }
 
 /// Put the 0x55AA signature at the end of the boot record in `sector`.
-pub fn sign(sector: &mut [u8]) {
+pub(crate) fn sign(sector: &mut [u8]) {
     sector[SIGNATURE_AT..SIGNATURE_AT + 2].copy_from_slice(&SIGNATURE.to_le_bytes());
 }
 
@@ -362,7 +362,7 @@ pub fn nested(dev: &dyn ReadAt, slice: &Partition, sector_size: u64) -> Option<&
 }
 
 /// MBR types of slices holding a BSD disklabel (FreeBSD, OpenBSD, NetBSD).
-pub const BSD_TYPES: [u8; 3] = [0xA5, 0xA6, 0xA9];
+pub(crate) const BSD_TYPES: [u8; 3] = [0xA5, 0xA6, 0xA9];
 
 fn partition(number: u32, start: u64, e: &MbrEntry, kind: PartKind, ebr: Option<u64>) -> Partition {
     Partition {

@@ -188,7 +188,7 @@ pub fn mbr_entry(sector: &mut [u8], slot: usize, kind: u8, start: u32, size: u32
 
 /// A new GPT on a disk of `total_sectors`, with usable LBAs `usable`, and
 /// `ids` for its GUIDs. Partition N goes in entry N so numbers stay stable.
-pub fn new_gpt(
+pub(crate) fn new_gpt(
     sector_size: u64,
     total_sectors: u64,
     usable: (u64, u64),
@@ -244,7 +244,7 @@ fn entry_array(partitions: &[Partition], ids: &Ids) -> Result<Vec<u8>, WriteErro
 
 /// A new MBR holding `partitions` (primaries and the extended one by
 /// number, logicals through one EBR each), signed `ids.mbr_signature`.
-pub fn new_mbr(
+pub(crate) fn new_mbr(
     sector_size: u64,
     total_sectors: u64,
     partitions: &[Partition],

@@ -38,7 +38,7 @@ pub trait Writer: Disk {
 }
 
 /// A real disk or image.
-pub struct DiskHost {
+pub(crate) struct DiskHost {
     pub root: SysRoot,
     pub target: Target,
     /// A VM image's guest disk exported by qemu-storage-daemon over FUSE.

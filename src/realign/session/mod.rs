@@ -29,8 +29,7 @@ mod undo;
 
 pub use dry_run::PlannedMove;
 pub use error::{MoveRefusal, SessionError, Stop, WayOn};
-pub use events::{Done, Events, Outcome, Rescued};
-pub use host::{DiskHost, Host, Writer};
+pub use events::{Done, Events, Outcome};
 pub use open::Session;
 pub use options::MoveOptions;
 pub use status::Status;

@@ -55,7 +55,7 @@ impl Session {
 
     /// The disk at `path` for a move in the initramfs (see
     /// [`DiskHost::at_boot`]).
-    pub fn open_at_boot(root: SysRoot, path: &Path) -> Result<Session, SessionError> {
+    pub(crate) fn open_at_boot(root: SysRoot, path: &Path) -> Result<Session, SessionError> {
         let mut session = Session::open(root.clone(), path, &Overrides::default(), false)?;
         let target = session.target.clone();
         session.host = Box::new(DiskHost { root, target, export: false, at_boot: true });
