@@ -99,7 +99,7 @@ pub fn run(
 /// chunk written so far, so a rerun redoes nothing. The table writes, a
 /// few sectors, are never cut short. With `rescue`, sectors that stay
 /// unreadable are zero-filled and listed in its map (see [`rescue`]).
-pub(crate) fn run_until(
+pub fn run_until(
     disk: &dyn Disk,
     journal: &mut Journal,
     tick: &mut dyn FnMut(u64),

@@ -65,7 +65,7 @@ fn read_piece(
 }
 
 /// The zero-filled sectors of a move so far, and the map that lists them.
-pub(crate) struct Map {
+pub struct Map {
     path: PathBuf,
     disk_bytes: u64,
     ss: u64,
