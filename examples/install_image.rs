@@ -7,12 +7,11 @@
 //! cargo run --example install_image -- blank.img   # on yours (must be blank)
 //! ```
 
-use blkalign::align::Class;
-use blkalign::audit;
-use blkalign::commit::{self, Commit, Held, Kernel};
-use blkalign::device::{self, Overrides, SysRoot};
-use blkalign::plan::{self, Align, Label, Request, Size};
-use blkalign::table::write::{self, Ids};
+use blkalign::{
+    audit_path, commit_table, encode_table, old_bytes, open_target, plan_table, Align,
+    AuditOptions, Class, Commit, Held, Ids, Kernel, NewLabel, Overrides, PartitionRequest, Size,
+    SysRoot,
+};
 use std::path::PathBuf;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,8 +25,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let root = SysRoot::real();
-    let opened = blkalign::open::open(&root, &path, &Overrides::default(), false)?;
-    let part = |size, type_id: &str, name: &str| Request {
+    let opened = open_target(&root, &path, &Overrides::default(), false)?;
+    let part = |size, type_id: &str, name: &str| PartitionRequest {
         min_start: None,
         size,
         type_id: type_id.into(),
@@ -35,18 +34,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let requests = [part(Size::Bytes(8 << 20), "efi", "esp"), part(Size::Rest, "linux", "root")];
     let size = opened.topology.size_bytes;
-    let plan = plan::plan(&opened.geometry, size, Label::Gpt, Align::Optimal, false, &requests)?;
+    let plan = plan_table(&opened.geometry, size, NewLabel::Gpt, Align::Optimal, false, &requests)?;
     for p in &plan.partitions {
         println!("partition {}: sectors {}+{} ({})", p.number, p.start, p.size, p.type_id);
     }
 
     let held = Held::take(&root, &opened.target)?;
-    let chunks = write::encode(&plan.table(&Ids::random(plan.partitions.len())?)?);
-    let old = commit::old_bytes(held.reader(), &path, &chunks)?;
+    let chunks = encode_table(&plan.table(&Ids::random(plan.partitions.len())?)?);
+    let old = old_bytes(held.reader(), &path, &chunks)?;
     if old.iter().flatten().any(|&b| b != 0) {
         return Err(format!("{} is not blank where the table goes", path.display()).into());
     }
-    let done = commit::commit(
+    let done = commit_table(
         &root,
         &held,
         Commit {
@@ -54,7 +53,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             saves: None,
             backup: Some(&work.path().join("backup.bin")),
             sector_size: plan.sector_size,
-            identity: device::identity(&root, &opened.target, &opened.topology),
+            identity: opened.identity(&root),
             kernel: Kernel::Table { sector_size: plan.sector_size, size },
         },
     )?;
@@ -62,7 +61,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("wrote and read back a GPT with {read} partitions");
     drop(held);
 
-    let audit = audit::audit_path(&root, &path, &audit::Options::default());
+    let audit = audit_path(&root, &path, &AuditOptions::default());
     let verdicts: Vec<Class> = audit.partitions.iter().map(|p| p.verdict.verdict).collect();
     println!("{}: {verdicts:?}", path.display());
     if verdicts.len() != plan.partitions.len() || verdicts.iter().any(|&v| v != Class::Aligned) {

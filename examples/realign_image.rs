@@ -6,11 +6,10 @@
 //! cargo run --example realign_image -- my.img  # on yours (moves partitions!)
 //! ```
 
-use blkalign::align::Class;
-use blkalign::audit::{self, DiskAudit};
-use blkalign::device::{Overrides, SysRoot};
-use blkalign::realign::session::{Done, Events, Options, Outcome, Session};
-use blkalign::realign::state::Store;
+use blkalign::{
+    audit_path, AuditOptions, Class, DiskAudit, Done, Events, MoveOptions, Outcome, Overrides,
+    Session, Store, SysRoot,
+};
 use std::path::{Path, PathBuf};
 
 /// What the old fdisk made: an MBR with one partition at LBA 63.
@@ -60,13 +59,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Where this program keeps its moves' records and journals; the audit
     // reads the same place, so it would name a move left unfinished.
     let store = Store::new(work.path().join("state"));
-    let opts = audit::Options { store: store.clone(), ..Default::default() };
-    let before = audit::audit_path(&root, &path, &opts);
+    let opts = AuditOptions { store: store.clone(), ..Default::default() };
+    let before = audit_path(&root, &path, &opts);
     println!("{}: misaligned partitions {:?}", path.display(), misaligned(&before));
 
     let session = Session::open(root.clone(), &path, &Overrides::default(), false)?.store(store);
     let wanted = session.wanted(&[])?;
-    let moving = Options::default();
+    let moving = MoveOptions::default();
     for planned in session.plan(&moving, &wanted)? {
         print!("{}", planned.describe(&path));
     }
@@ -74,7 +73,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         return Err("stopped before the end".into());
     }
 
-    let after = audit::audit_path(&root, &path, &opts);
+    let after = audit_path(&root, &path, &opts);
     let left = misaligned(&after);
     println!("{}: misaligned partitions {left:?}", path.display());
     if !left.is_empty() {

@@ -31,7 +31,7 @@ pub const MIB: u64 = 1 << 20;
 /// The physical sector assumed when a drive reports less: first-generation
 /// Advanced Format drives report 512 while being 4096 inside, and a 4 KiB
 /// aligned start costs nothing on a genuine 512-byte drive.
-pub const ASSUMED_PHYSICAL: u64 = 4096;
+pub(crate) const ASSUMED_PHYSICAL: u64 = 4096;
 
 /// The write size whose cost we describe: the page and file-system block.
 const WRITE_SIZE: u64 = 4096;
@@ -39,7 +39,7 @@ const WRITE_SIZE: u64 = 4096;
 /// Bytes by which `pos` overshoots the last `grain` boundary at or before
 /// it, boundaries being `offset + k * grain`. A zero grain has no boundary
 /// to miss.
-pub fn misalignment(pos: u64, grain: u64, offset: u64) -> u64 {
+pub(crate) fn misalignment(pos: u64, grain: u64, offset: u64) -> u64 {
     if grain == 0 {
         return 0;
     }
@@ -52,17 +52,17 @@ pub fn misalignment(pos: u64, grain: u64, offset: u64) -> u64 {
 }
 
 /// Whether `pos` sits on a `grain` boundary counted from `offset`.
-pub fn is_aligned(pos: u64, grain: u64, offset: u64) -> bool {
+pub(crate) fn is_aligned(pos: u64, grain: u64, offset: u64) -> bool {
     misalignment(pos, grain, offset) == 0
 }
 
 /// The last boundary at or before `pos`, if there is one.
-pub fn align_down(pos: u64, grain: u64, offset: u64) -> Option<u64> {
+pub(crate) fn align_down(pos: u64, grain: u64, offset: u64) -> Option<u64> {
     pos.checked_sub(misalignment(pos, grain, offset))
 }
 
 /// The first boundary at or after `pos`, if it fits in a u64.
-pub fn align_up(pos: u64, grain: u64, offset: u64) -> Option<u64> {
+pub(crate) fn align_up(pos: u64, grain: u64, offset: u64) -> Option<u64> {
     match misalignment(pos, grain, offset) {
         0 => Some(pos),
         m => pos.checked_add(grain - m),
@@ -70,7 +70,7 @@ pub fn align_up(pos: u64, grain: u64, offset: u64) -> Option<u64> {
 }
 
 /// Greatest common divisor (Euclid).
-pub fn gcd(a: u64, b: u64) -> u64 {
+pub(crate) fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 {
         a
     } else {

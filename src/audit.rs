@@ -2,7 +2,7 @@
 
 use crate::align::{Class, Geometry, Verdict};
 use crate::device::libvirt::DomainDisk;
-use crate::device::vmimage::{Access, Export, Format};
+use crate::device::vmimage::{Access, Export, ImageFormat};
 use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology};
 use crate::io::ReadAt;
 use crate::probe;
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 /// How to judge.
 #[derive(Clone, Debug, Default)]
-pub struct Options {
+pub struct AuditOptions {
     pub overrides: Overrides,
     /// Where unfinished and scheduled moves are recorded (by default
     /// $BLKALIGN_STATE_DIR, else /var/lib/blkalign).
@@ -111,7 +111,7 @@ pub struct PartitionAudit {
 impl PartitionAudit {
     /// Not the extended container (only EBRs) nor an entry that stands
     /// for the label itself (Sun's whole disk, Apple's map).
-    pub fn holds_data(&self) -> bool {
+    pub(crate) fn holds_data(&self) -> bool {
         self.partition.kind != PartKind::Extended && !table::holds_no_data(&self.partition)
     }
 }
@@ -220,7 +220,7 @@ impl DiskAudit {
     /// The partitions that hold data. The extended container holds only
     /// EBRs, and some labels' entries (Sun's whole disk, Apple's map) hold
     /// nothing: their starts cost nothing and never count.
-    pub fn data_partitions(&self) -> impl Iterator<Item = &PartitionAudit> + Clone {
+    pub(crate) fn data_partitions(&self) -> impl Iterator<Item = &PartitionAudit> + Clone {
         self.partitions.iter().filter(|p| p.holds_data())
     }
 
@@ -243,19 +243,19 @@ impl DiskAudit {
 /// Audit every whole disk on this machine.
 pub fn audit_machine(
     root: &SysRoot,
-    opts: &Options,
+    opts: &AuditOptions,
 ) -> Result<Vec<DiskAudit>, device::DeviceError> {
     Ok(device::list_disks(root)?.iter().map(|t| audit_target(root, t, opts)).collect())
 }
 
 /// Audit what the user named: a disk, a partition (its disk) or an image.
-pub fn audit_path(root: &SysRoot, path: &Path, opts: &Options) -> DiskAudit {
+pub fn audit_path(root: &SysRoot, path: &Path, opts: &AuditOptions) -> DiskAudit {
     audit_path_shared(root, path, opts, false)
 }
 
 /// A libvirt guest's disk, named for its guest; a running guest's image is
 /// read past its QEMU's lock, and said to be.
-pub fn audit_domain_disk(root: &SysRoot, disk: &DomainDisk, opts: &Options) -> DiskAudit {
+pub fn audit_domain_disk(root: &SysRoot, disk: &DomainDisk, opts: &AuditOptions) -> DiskAudit {
     let mut audit = audit_path_shared(root, &disk.source, opts, disk.running);
     audit.domain = Some(disk.domain.clone());
     audit.domain_disk = Some(disk.target.clone());
@@ -269,7 +269,7 @@ pub fn audit_domain_disk(root: &SysRoot, disk: &DomainDisk, opts: &Options) -> D
     audit
 }
 
-fn audit_path_shared(root: &SysRoot, path: &Path, opts: &Options, share: bool) -> DiskAudit {
+fn audit_path_shared(root: &SysRoot, path: &Path, opts: &AuditOptions, share: bool) -> DiskAudit {
     match device::resolve(root, path) {
         Ok(target) => audit_target(root, &target, opts),
         Err(device::DeviceError::VmImage { format, .. }) => {
@@ -284,8 +284,8 @@ fn audit_path_shared(root: &SysRoot, path: &Path, opts: &Options, share: bool) -
 fn audit_vm_image(
     root: &SysRoot,
     path: &Path,
-    format: &Format,
-    opts: &Options,
+    format: &ImageFormat,
+    opts: &AuditOptions,
     share: bool,
 ) -> DiskAudit {
     let access = if share { Access::ReadShared } else { Access::Read };
@@ -314,7 +314,7 @@ fn audit_vm_image(
     audit
 }
 
-pub fn audit_target(root: &SysRoot, target: &Target, opts: &Options) -> DiskAudit {
+pub fn audit_target(root: &SysRoot, target: &Target, opts: &AuditOptions) -> DiskAudit {
     let mut audit = DiskAudit::empty(&target.path);
     audit.name = target.name.clone();
     audit.kind = Some(device::device_kind(root, target));

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The sidecar format that records the disk's identity and hashes.
-pub const FORMAT: u32 = 2;
+pub(crate) const FORMAT: u32 = 2;
 
 /// Far above any table's sectors (a GPT's arrays are 16 KiB); a sidecar
 /// or region claiming more is not one `partition` wrote.
@@ -168,7 +168,7 @@ impl ToSave {
 /// directory holding them, before anything on the target changes. Never
 /// overwrites; by default ./blkalign-backup-NAME-UNIXTIME.bin, with .N
 /// added while taken.
-pub fn save_backup(
+pub(crate) fn save_backup(
     chosen: Option<&Path>,
     target: &Target,
     ss: u64,
@@ -275,7 +275,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// `bin` just saved reads back, every region matches its hash, and holds
 /// exactly what `disk` holds there now, so restoring it after the write
 /// puts back what is there now.
-pub fn check_restorable(bin: &Path, disk: &dyn ReadAt) -> Result<(), BackupError> {
+pub(crate) fn check_restorable(bin: &Path, disk: &dyn ReadAt) -> Result<(), BackupError> {
     let backup = Backup::open(bin)?;
     let now = backup
         .compare(disk)
@@ -290,7 +290,7 @@ pub fn check_restorable(bin: &Path, disk: &dyn ReadAt) -> Result<(), BackupError
 
 /// In order, each flushed before the next: the encoder orders them so a
 /// crash leaves the old table or a repairable new one.
-pub fn write_chunks(file: &File, chunks: &[Chunk]) -> io::Result<()> {
+pub(crate) fn write_chunks(file: &File, chunks: &[Chunk]) -> io::Result<()> {
     for c in chunks {
         file.write_all_at(&c.bytes, c.offset)?;
         file.sync_data()?;

@@ -4,7 +4,7 @@
 //! to be overwritten saved and the backup checked to restore them, the
 //! regions written in order with a flush after each, read back past the
 //! page cache, and the kernel told. `partition`, `rescale` and a library
-//! caller go through [`commit`]; `restore` holds the disk the same way.
+//! caller go through [`commit_table`]; `restore` holds the disk the same way.
 
 use crate::backup::{self, BackupError, Saved, ToSave};
 use crate::device::exclusive::{self, ExclusiveError};
@@ -94,7 +94,7 @@ pub struct Commit<'a> {
     pub kernel: Kernel,
 }
 
-/// What [`commit`] did.
+/// What [`commit_table`] did.
 pub struct Committed {
     pub backup: Saved,
     /// The table read back, when [`Kernel::Table`] asked for it.
@@ -127,7 +127,7 @@ pub fn old_bytes(
 /// Save, check the backup, write, read back, tell the kernel. On an error
 /// after the backup was saved, the error names it: `blkalign restore`
 /// puts back what was there.
-pub fn commit(root: &SysRoot, held: &Held, c: Commit) -> Result<Committed, CommitError> {
+pub fn commit_table(root: &SysRoot, held: &Held, c: Commit) -> Result<Committed, CommitError> {
     let path = &held.target.path;
     let saves = match c.saves {
         Some(saves) => saves,
@@ -211,7 +211,7 @@ mod tests {
             identity,
             kernel: Kernel::Untold,
         };
-        let done = super::commit(&root, &held, commit).unwrap();
+        let done = super::commit_table(&root, &held, commit).unwrap();
         assert!(done.told.is_none() && done.table.is_none());
         let bytes = std::fs::read(&target.path).unwrap();
         assert!(bytes[..512].iter().all(|&b| b == 1));
@@ -241,7 +241,7 @@ mod tests {
             identity: Identity { size_bytes: 64 << 10, serial: None, wwid: None },
             kernel: Kernel::Table { sector_size: 512, size: 64 << 10 },
         };
-        let err = super::commit(&root, &held, commit).err().unwrap();
+        let err = super::commit_table(&root, &held, commit).err().unwrap();
         assert!(matches!(err, CommitError::Backup(_)), "{err}");
         assert_eq!(std::fs::read(&bin).unwrap(), b"someone else's");
         assert_eq!(std::fs::read(&target.path).unwrap(), vec![0; 64 << 10]);

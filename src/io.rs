@@ -38,7 +38,7 @@ impl ReadAt for Vec<u8> {
 }
 
 /// Read `count` sectors from `lba`, failing cleanly on offsets that overflow.
-pub fn read_sectors(
+pub(crate) fn read_sectors(
     dev: &dyn ReadAt,
     lba: u64,
     count: u64,
@@ -52,7 +52,7 @@ pub fn read_sectors(
     Ok(buf)
 }
 
-pub fn read_lba(dev: &dyn ReadAt, lba: u64, sector_size: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_lba(dev: &dyn ReadAt, lba: u64, sector_size: u64) -> io::Result<Vec<u8>> {
     read_sectors(dev, lba, 1, sector_size)
 }
 
@@ -70,7 +70,7 @@ pub fn le_u64(buf: &[u8], at: usize) -> Option<u64> {
 }
 
 /// Big-endian fields (Sun, SGI, Apple, BSD on big-endian hosts, LUKS, ZFS).
-pub fn be_u16(buf: &[u8], at: usize) -> Option<u16> {
+pub(crate) fn be_u16(buf: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes(buf.get(at..at.checked_add(2)?)?.try_into().ok()?))
 }
 
@@ -78,12 +78,12 @@ pub fn be_u32(buf: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(buf.get(at..at.checked_add(4)?)?.try_into().ok()?))
 }
 
-pub fn be_u64(buf: &[u8], at: usize) -> Option<u64> {
+pub(crate) fn be_u64(buf: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_be_bytes(buf.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
 /// O_DIRECT needs buffers aligned to the logical sector; a page covers all.
-pub const BUF_ALIGN: usize = 4096;
+pub(crate) const BUF_ALIGN: usize = 4096;
 
 /// A heap buffer whose start is page-aligned.
 pub struct AlignedBuf {
@@ -154,7 +154,7 @@ impl DirectReader {
     }
 
     /// A block device without O_DIRECT, its cached pages dropped per read.
-    pub fn uncached(file: File) -> DirectReader {
+    pub(crate) fn uncached(file: File) -> DirectReader {
         DirectReader { file, reads: Reads::Uncached }
     }
 
@@ -227,7 +227,7 @@ fn fill(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
 
 /// Opens `path` for O_DIRECT writing without any in-use checks: for files
 /// the caller has already vetted or created (the realign journal).
-pub fn open_direct_write(path: &Path) -> io::Result<File> {
+pub(crate) fn open_direct_write(path: &Path) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
     let direct = rustix::fs::OFlags::DIRECT.bits() as i32;
     File::options().write(true).custom_flags(direct).open(path)

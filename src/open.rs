@@ -3,7 +3,7 @@
 //! own table, which `device` cannot read) and the geometry to judge by.
 
 use crate::align::Geometry;
-use crate::device::{self, DeviceError, Overrides, SysRoot, Target, Topology};
+use crate::device::{self, DeviceError, Identity, Overrides, SysRoot, Target, Topology};
 use crate::io::DirectReader;
 use crate::table;
 use std::fs::File;
@@ -18,8 +18,16 @@ pub struct Opened {
     pub geometry: Geometry,
 }
 
+impl Opened {
+    /// What names this disk (size, sector size, serial, WWN): what a
+    /// commit records in its backup, so a restore finds the same disk.
+    pub fn identity(&self, root: &SysRoot) -> Identity {
+        device::identity(root, &self.target, &self.topology)
+    }
+}
+
 /// Resolve `path`, open it read-only and learn its topology and geometry.
-pub fn open(
+pub fn open_target(
     root: &SysRoot,
     path: &Path,
     overrides: &Overrides,

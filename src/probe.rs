@@ -18,7 +18,7 @@
 //! each writes back the bytes read there before the round.
 
 use crate::bench::{
-    self, io::execute, rng::Rng, stats, Engine, KernelView, Mode, Phase, Progress, Request,
+    self, io::execute, rng::Rng, stats, BenchPhase, Engine, IoRequest, KernelView, Mode, Progress,
 };
 use serde::Serialize;
 use std::fs::File;
@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Errors are those of measuring: opening, I/O, a device in use.
-pub use crate::bench::BenchError as ProbeError;
+pub(crate) use crate::bench::BenchError as ProbeError;
 
 /// The largest physical sector considered, and the largest write.
 const LARGEST: u64 = 65536;
@@ -87,7 +87,7 @@ pub struct ProbeResult {
 /// device that is mounted, held or claimed, and an image attached to a
 /// loop device.
 pub fn probe(dev: &File, opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
-    probe_with(dev, opts, &Progress::new(0, Phase::Locate))
+    probe_with(dev, opts, &Progress::new(0, BenchPhase::Locate))
 }
 
 /// [`probe`], counting writes in `progress`: its total is the writes
@@ -209,7 +209,7 @@ fn locate(meter: &mut Meter, logical: u64) -> Result<Located, ProbeError> {
         let larger = std::iter::successors(Some(window * 2), |w| Some(w * 2))
             .take_while(|&w| w <= LARGEST)
             .map(|w| w / logical);
-        meter.plan(Phase::Locate, larger.sum());
+        meter.plan(BenchPhase::Locate, larger.sum());
         let out = meter.classify(&cells)?;
         // Fast offsets recur every P >= 2 sectors, so they are at most half:
         // a larger "fast" cluster means a few slow outliers, not a penalty.
@@ -238,7 +238,7 @@ fn knee(meter: &mut Meter, logical: u64, at: u64) -> Result<Option<(u64, f64)>, 
         .collect();
     let cells: Vec<(u64, u64)> = sizes.iter().map(|&s| (s, at)).collect();
     // The sweep after it, at the most common physical sector.
-    meter.plan(Phase::Knee, (4096 / logical).max(1));
+    meter.plan(BenchPhase::Knee, (4096 / logical).max(1));
     let out = meter.classify(&cells)?;
     let Some(mask) = out.fast else {
         return Ok(None);
@@ -257,7 +257,7 @@ fn sweep(
     located: u64,
 ) -> Result<(u64, f64), ProbeError> {
     let cells: Vec<(u64, u64)> = offsets(logical, physical).map(|o| (physical, o)).collect();
-    meter.plan(Phase::Sweep, 0);
+    meter.plan(BenchPhase::Sweep, 0);
     let out = meter.classify(&cells)?;
     let fast: Vec<u64> = match &out.fast {
         Some(mask) => cells.iter().zip(mask).filter(|(_, &f)| f).map(|(c, _)| c.1).collect(),
@@ -297,7 +297,7 @@ fn expected_rounds(done: usize) -> u64 {
 
 impl Meter<'_> {
     /// A stage begins, with `ahead` cells expected after it.
-    fn plan(&mut self, phase: Phase, ahead: u64) {
+    fn plan(&mut self, phase: BenchPhase, ahead: u64) {
         self.progress.set_phase(phase);
         self.ahead = ahead;
     }
@@ -334,13 +334,13 @@ impl Meter<'_> {
 
     /// One write per cell at a random grid slot, in random order.
     fn round(&mut self, cells: &[(u64, u64)], samples: &mut [Vec<f64>]) -> Result<(), ProbeError> {
-        let mut requests: Vec<Request> = cells
+        let mut requests: Vec<IoRequest> = cells
             .iter()
             .enumerate()
             .map(|(cell, &(size, offset))| {
                 let slot = self.rng.below(self.slots.len() as u64) as usize;
                 let pos = self.slots.get(slot).copied().unwrap_or(0) + offset;
-                Request { cell, pos, size }
+                IoRequest { cell, pos, size }
             })
             .collect();
         self.rng.shuffle(&mut requests);

@@ -24,11 +24,117 @@ pub enum RescaleError {
     #[error("--from {0} and --to {1}: both must be sector sizes from 512 to 4096, and differ")]
     Sizes(u64, u64),
     /// The table cannot be expressed at the new sector size, or is not one
-    /// to rewrite; the message names the partition and byte offset.
+    /// to rewrite.
     #[error("cannot rescale: {0}")]
-    Refused(String),
+    Refused(#[from] RescaleRefusal),
     #[error("the rescaled table does not read back as the same partitions: {0}")]
     Verify(Mismatch),
+}
+
+/// Why a table is not rescaled: nothing was written. Each names the
+/// partition (or record) and byte offset in its message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RescaleRefusal {
+    #[error("the size, {size_bytes} bytes, is not a whole number of {sector_bytes}-byte sectors")]
+    SizeNotWhole { size_bytes: u64, sector_bytes: u64 },
+    /// A write of the new table (`what`, as [`Chunk::what`] names it).
+    #[error("the {what} would lie past the end of the disk")]
+    PastTheEnd { what: &'static str },
+    #[error("no partition table found at {sector_bytes}-byte sectors")]
+    NoTable { sector_bytes: u64 },
+    #[error("only MBR and GPT partition tables can be rescaled")]
+    NotMbrOrGpt,
+    #[error("a hybrid MBR (0xEE beside other entries) is not rescaled")]
+    HybridMbr,
+    /// The errors the reader found, each as its message.
+    #[error("the table at {sector_bytes}-byte sectors has errors; fix them first: {}", errors.join("; "))]
+    TableErrors { sector_bytes: u64, errors: Vec<String> },
+    #[error(
+        "the GPT entry array ({array_bytes} bytes) is not a whole number of {to}-byte sectors"
+    )]
+    GptArrayNotWhole { array_bytes: u64, to: u64 },
+    #[error("the disk is too small for a GPT at the new sector size")]
+    TooSmallForGpt,
+    #[error("GPT entries of {entry_bytes} bytes")]
+    GptEntrySize { entry_bytes: usize },
+    #[error(
+        "{entry} starts at byte {start_bytes}, not a multiple of {to}: it cannot start on a \
+         {to}-byte sector (move it first)"
+    )]
+    StartNotWhole { entry: RefusedEntry, start_bytes: u64, to: u64 },
+    #[error(
+        "partition {partition} ends at byte {end_bytes}, not a multiple of {to}: its size is not \
+         whole {to}-byte sectors (shrink it first)"
+    )]
+    EndNotWhole { partition: u32, end_bytes: u64, to: u64 },
+    #[error(
+        "{entry} (at byte {start_bytes}) is {size_bytes} bytes long, not whole {to}-byte sectors \
+         (shrink it first)"
+    )]
+    SizeNotWholeSectors { entry: RefusedEntry, start_bytes: u64, size_bytes: u64, to: u64 },
+    /// A GPT entry whose last LBA overflows or precedes its first.
+    #[error("partition {partition}: bad end")]
+    BadEnd { partition: u32 },
+    #[error(
+        "partition {partition} starts at byte {start_bytes}, inside the GPT at {to}-byte sectors \
+         (its header and {array_bytes}-byte entry array need bytes 0..{gpt_end_bytes}): move it \
+         first"
+    )]
+    InsideTheGpt { partition: u32, start_bytes: u64, to: u64, array_bytes: u64, gpt_end_bytes: u64 },
+    #[error(
+        "partition {partition} ends at byte {end_bytes}, over the backup GPT at {to}-byte sectors \
+         (which starts at byte {backup_bytes}): shrink it first"
+    )]
+    OverTheBackupGpt { partition: u32, end_bytes: u64, to: u64, backup_bytes: u64 },
+    #[error("short protective MBR")]
+    ShortProtectiveMbr,
+    #[error("sector size")]
+    SectorSize,
+    /// The EBR at byte `at`, of logical partition `partition` when one
+    /// starts there.
+    #[error(
+        "the EBR{} at byte {at} is not on a {to}-byte sector boundary (move it first)",
+        partition.map_or_else(String::new, |n| format!(" of partition {n}"))
+    )]
+    EbrNotOnASector { partition: Option<u32>, at: u64, to: u64 },
+    /// `field` ("start" or "size") would be `sectors` sectors of `to` bytes.
+    #[error(
+        "{entry} (at byte {start_bytes}): its {field} would be {sectors} {to}-byte sectors, \
+         beyond the MBR's 32-bit limit (2^32 sectors = {} bytes); convert the disk to GPT first",
+        (1u64 << 32).saturating_mul(*to)
+    )]
+    PastTheMbrLimit {
+        entry: RefusedEntry,
+        start_bytes: u64,
+        field: &'static str,
+        sectors: u64,
+        to: u64,
+    },
+    #[error("short boot record")]
+    ShortBootRecord,
+}
+
+/// The MBR or EBR entry a refusal names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RefusedEntry {
+    /// A partition by its number (GPT, MBR primary or logical).
+    Partition(u32),
+    /// The link to the next EBR in the EBR at byte `ebr_at`.
+    EbrLink { ebr_at: u64 },
+    /// Entry `slot` (1-4) of the EBR at byte `ebr_at`, no partition's.
+    EbrEntry { slot: usize, ebr_at: u64 },
+}
+
+impl std::fmt::Display for RefusedEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RefusedEntry::Partition(n) => write!(f, "partition {n}"),
+            RefusedEntry::EbrLink { ebr_at } => write!(f, "the link in the EBR at byte {ebr_at}"),
+            RefusedEntry::EbrEntry { slot, ebr_at } => {
+                write!(f, "entry {slot} of the EBR at byte {ebr_at}")
+            }
+        }
+    }
 }
 
 /// How a table read back differs from the one it should equal.
@@ -53,7 +159,7 @@ pub enum Mismatch {
 }
 
 /// A GPT header field that changes: (name, old, new).
-pub type HeaderChange = (&'static str, u64, u64);
+pub(crate) type HeaderChange = (&'static str, u64, u64);
 
 /// One partition before and after, in sectors of each size.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -104,13 +210,13 @@ fn scale(v: u64, from: u64, to: u64) -> Option<u64> {
     (bytes % to == 0).then(|| bytes / to)
 }
 
-fn refused(msg: impl Into<String>) -> RescaleError {
-    RescaleError::Refused(msg.into())
+fn refused(why: RescaleRefusal) -> RescaleError {
+    RescaleError::Refused(why)
 }
 
 /// Plan the rescale of the table on `dev` (`size_bytes` long) from
 /// `from`-byte to `to`-byte logical sectors. Reads only.
-pub fn plan(
+pub fn plan_rescale(
     dev: &dyn ReadAt,
     size_bytes: u64,
     from: u64,
@@ -124,9 +230,7 @@ pub fn plan(
     // is not would lose its tail (and the backup GPT) on one of the two.
     let unit = from.max(to);
     if size_bytes % unit != 0 || size_bytes == 0 {
-        return Err(refused(format!(
-            "the size, {size_bytes} bytes, is not a whole number of {unit}-byte sectors"
-        )));
+        return Err(refused(RescaleRefusal::SizeNotWhole { size_bytes, sector_bytes: unit }));
     }
     let old = table::read(dev, from, size_bytes)?;
     check_readable(&old)?;
@@ -138,11 +242,11 @@ pub fn plan(
         }
         TableBytes::Mbr(m) => (TableBytes::Mbr(rescale_mbr(dev, m, &old, from, to)?), Vec::new()),
     };
-    let chunks = write::encode(&table);
+    let chunks = write::encode_table(&table);
     for c in &chunks {
         let end = c.offset.checked_add(c.bytes.len() as u64);
         if end.is_none_or(|end| end > size_bytes) {
-            return Err(refused(format!("the {} would lie past the end of the disk", c.what)));
+            return Err(refused(RescaleRefusal::PastTheEnd { what: c.what }));
         }
     }
     let new = table::read(&Overlay { base: dev, chunks: &chunks }, to, size_bytes)?;
@@ -158,12 +262,12 @@ fn check_readable(old: &Layout) -> Result<(), RescaleError> {
     match old.label {
         Label::Mbr | Label::Gpt => {}
         Label::None => {
-            return Err(refused(format!("no partition table found at {ss}-byte sectors")));
+            return Err(refused(RescaleRefusal::NoTable { sector_bytes: ss }));
         }
-        _ => return Err(refused("only MBR and GPT partition tables can be rescaled")),
+        _ => return Err(refused(RescaleRefusal::NotMbrOrGpt)),
     }
     if old.mbr.as_ref().is_some_and(|m| m.hybrid) {
-        return Err(refused("a hybrid MBR (0xEE beside other entries) is not rescaled"));
+        return Err(refused(RescaleRefusal::HybridMbr));
     }
     let errors: Vec<String> = old
         .problems
@@ -172,10 +276,7 @@ fn check_readable(old: &Layout) -> Result<(), RescaleError> {
         .map(|p| format!("{} ({})", p.message, p.code))
         .collect();
     if !errors.is_empty() {
-        return Err(refused(format!(
-            "the table at {ss}-byte sectors has errors; fix them first: {}",
-            errors.join("; ")
-        )));
+        return Err(refused(RescaleRefusal::TableErrors { sector_bytes: ss, errors }));
     }
     Ok(())
 }
@@ -235,12 +336,10 @@ fn rescale_gpt(
 ) -> Result<(GptBytes, Vec<HeaderChange>), RescaleError> {
     let array_bytes = g.entries.len() as u64;
     if array_bytes % to != 0 {
-        return Err(refused(format!(
-            "the GPT entry array ({array_bytes} bytes) is not a whole number of {to}-byte sectors"
-        )));
+        return Err(refused(RescaleRefusal::GptArrayNotWhole { array_bytes, to }));
     }
     let array = array_bytes / to;
-    let small = || refused("the disk is too small for a GPT at the new sector size");
+    let small = || refused(RescaleRefusal::TooSmallForGpt);
     let last_lba = (size_bytes / to).checked_sub(1).ok_or_else(small)?;
     let backup_entries_lba = last_lba.checked_sub(array).ok_or_else(small)?;
     let first_usable = array.checked_add(2).ok_or_else(small)?;
@@ -251,44 +350,45 @@ fn rescale_gpt(
     let mut entries = g.entries.clone();
     let size = usize::try_from(g.entry_size).map_err(|_| small())?;
     if size < gpt::ENTRY_SIZE as usize {
-        return Err(refused(format!("GPT entries of {size} bytes")));
+        return Err(refused(RescaleRefusal::GptEntrySize { entry_bytes: size }));
     }
     for (slot, raw) in entries.chunks_exact_mut(size).enumerate() {
-        let Some(mut entry) = gpt::Entry::parse(raw).filter(gpt::Entry::is_used) else {
+        let Some(mut entry) = gpt::GptEntry::parse(raw).filter(gpt::GptEntry::is_used) else {
             continue; // unused: Linux ignores its LBAs
         };
-        let n = slot.saturating_add(1);
+        let n = u32::try_from(slot).unwrap_or(u32::MAX).saturating_add(1);
         let (first, last) = (entry.first_lba, entry.last_lba);
         let start_bytes = first.saturating_mul(from);
         let new_first = scale(first, from, to).ok_or_else(|| {
-            refused(format!(
-                "partition {n} starts at byte {start_bytes}, not a multiple of {to}: it cannot \
-                 start on a {to}-byte sector (move it first)"
-            ))
+            let entry = RefusedEntry::Partition(n);
+            refused(RescaleRefusal::StartNotWhole { entry, start_bytes, to })
         })?;
-        let end = last.checked_add(1).ok_or_else(|| refused(format!("partition {n}: bad end")))?;
+        let end =
+            last.checked_add(1).ok_or_else(|| refused(RescaleRefusal::BadEnd { partition: n }))?;
         let new_end = scale(end, from, to).ok_or_else(|| {
-            refused(format!(
-                "partition {n} ends at byte {}, not a multiple of {to}: its size is not whole \
-                 {to}-byte sectors (shrink it first)",
-                end.saturating_mul(from)
-            ))
+            let end_bytes = end.saturating_mul(from);
+            refused(RescaleRefusal::EndNotWhole { partition: n, end_bytes, to })
         })?;
-        let new_last = new_end.checked_sub(1).ok_or_else(|| refused(format!("partition {n}")))?;
+        let new_last = new_end
+            .checked_sub(1)
+            .ok_or_else(|| refused(RescaleRefusal::BadEnd { partition: n }))?;
         if new_first < first_usable {
-            return Err(refused(format!(
-                "partition {n} starts at byte {start_bytes}, inside the GPT at {to}-byte sectors \
-                 (its header and {array_bytes}-byte entry array need bytes 0..{}): move it first",
-                first_usable.saturating_mul(to)
-            )));
+            let gpt_end_bytes = first_usable.saturating_mul(to);
+            return Err(refused(RescaleRefusal::InsideTheGpt {
+                partition: n,
+                start_bytes,
+                to,
+                array_bytes,
+                gpt_end_bytes,
+            }));
         }
         if new_last > last_usable {
-            return Err(refused(format!(
-                "partition {n} ends at byte {}, over the backup GPT at {to}-byte sectors \
-                 (which starts at byte {}): shrink it first",
-                end.saturating_mul(from),
-                backup_entries_lba.saturating_mul(to)
-            )));
+            return Err(refused(RescaleRefusal::OverTheBackupGpt {
+                partition: n,
+                end_bytes: end.saturating_mul(from),
+                to,
+                backup_bytes: backup_entries_lba.saturating_mul(to),
+            }));
         }
         (entry.first_lba, entry.last_lba) = (new_first, new_last);
         let encoded = entry.encode();
@@ -297,7 +397,7 @@ fn rescale_gpt(
     // The protective MBR keeps boot code, signature and flags; bytes past
     // 512 (the old header and array, going up) are zeroed.
     let mut pmbr = vec![0u8; usize::try_from(to).map_err(|_| small())?];
-    let keep = g.mbr.get(..512).ok_or_else(|| refused("short protective MBR"))?;
+    let keep = g.mbr.get(..512).ok_or_else(|| refused(RescaleRefusal::ShortProtectiveMbr))?;
     pmbr[..512].copy_from_slice(keep);
     let guard =
         (0..4).find(|&slot| mbr::entry_at(&pmbr, slot).is_some_and(|e| e.kind == mbr::TYPE_GPT));
@@ -343,7 +443,8 @@ fn rescale_mbr(
     to: u64,
 ) -> Result<MbrBytes, RescaleError> {
     let sector = |offset: u64| -> Result<Vec<u8>, RescaleError> {
-        let mut buf = vec![0u8; usize::try_from(to).map_err(|_| refused("sector size"))?];
+        let mut buf =
+            vec![0u8; usize::try_from(to).map_err(|_| refused(RescaleRefusal::SectorSize))?];
         dev.read_exact_at(&mut buf, offset)?;
         Ok(buf)
     };
@@ -361,12 +462,9 @@ fn rescale_mbr(
             base = *lba;
         }
         let at = lba.saturating_mul(from);
-        let whom = logical_of(old, *lba).map_or_else(String::new, |n| format!(" of partition {n}"));
-        let new_lba = scale(*lba, from, to).ok_or_else(|| {
-            refused(format!(
-                "the EBR{whom} at byte {at} is not on a {to}-byte sector boundary (move it first)"
-            ))
-        })?;
+        let partition = logical_of(old, *lba);
+        let new_lba = scale(*lba, from, to)
+            .ok_or_else(|| refused(RescaleRefusal::EbrNotOnASector { partition, at, to }))?;
         let mut new_sector = sector(at)?;
         let record = Record::Ebr { lba: *lba, base };
         rescale_record(&mut new_sector, old_sector, record, old, from, to)?;
@@ -410,10 +508,10 @@ fn rescale_record(
             continue; // Linux skips it; its fields stay as they were
         }
         let (start, size) = (u64::from(e.start_lba), u64::from(e.sectors));
-        let (who, anchor) = match record {
-            Record::Mbr => (format!("partition {}", slot + 1), 0),
+        let (entry, anchor) = match record {
+            Record::Mbr => (RefusedEntry::Partition(u32::try_from(slot).unwrap_or(0) + 1), 0),
             Record::Ebr { lba, base } if e.is_extended() => {
-                (format!("the link in the EBR at byte {}", lba.saturating_mul(from)), base)
+                (RefusedEntry::EbrLink { ebr_at: lba.saturating_mul(from) }, base)
             }
             Record::Ebr { lba, .. } => {
                 let abs = lba.saturating_add(start);
@@ -421,43 +519,25 @@ fn rescale_record(
                     .partitions
                     .iter()
                     .find(|p| p.kind == PartKind::Logical && p.ebr == Some(lba) && p.start == abs);
-                let who = n.map_or_else(
-                    || {
-                        format!(
-                            "entry {} of the EBR at byte {}",
-                            slot + 1,
-                            lba.saturating_mul(from)
-                        )
-                    },
-                    |p| format!("partition {}", p.number),
+                let entry = n.map_or(
+                    RefusedEntry::EbrEntry { slot: slot + 1, ebr_at: lba.saturating_mul(from) },
+                    |p| RefusedEntry::Partition(p.number),
                 );
-                (who, lba)
+                (entry, lba)
             }
         };
         let abs_start = anchor.saturating_add(start);
         let start_bytes = abs_start.saturating_mul(from);
         let new_start = scale(start, from, to).filter(|_| scale(anchor, from, to).is_some());
-        let new_start = new_start.ok_or_else(|| {
-            refused(format!(
-                "{who} starts at byte {start_bytes}, not a multiple of {to}: it cannot start on \
-                 a {to}-byte sector (move it first)"
-            ))
-        })?;
+        let new_start = new_start
+            .ok_or_else(|| refused(RescaleRefusal::StartNotWhole { entry, start_bytes, to }))?;
         let new_size = scale(size, from, to).ok_or_else(|| {
-            refused(format!(
-                "{who} (at byte {start_bytes}) is {} bytes long, not whole {to}-byte sectors \
-                 (shrink it first)",
-                size.saturating_mul(from)
-            ))
+            let size_bytes = size.saturating_mul(from);
+            refused(RescaleRefusal::SizeNotWholeSectors { entry, start_bytes, size_bytes, to })
         })?;
-        let limit = |v: u64, what: &str| {
-            u32::try_from(v).map_err(|_| {
-                refused(format!(
-                    "{who} (at byte {start_bytes}): its {what} would be {v} {to}-byte sectors, \
-                     beyond the MBR's 32-bit limit (2^32 sectors = {} bytes); convert the disk \
-                     to GPT first",
-                    (1u64 << 32).saturating_mul(to)
-                ))
+        let limit = |sectors: u64, field: &'static str| {
+            u32::try_from(sectors).map_err(|_| {
+                refused(RescaleRefusal::PastTheMbrLimit { entry, start_bytes, field, sectors, to })
             })
         };
         let (start32, size32) = (limit(new_start, "start")?, limit(new_size, "size")?);
@@ -465,7 +545,7 @@ fn rescale_record(
         // Only for CHS, which tops out far below this.
         let new_abs = new_anchor.saturating_add(new_start).min(1 << 40);
         if sector.len() < 512 {
-            return Err(refused("short boot record"));
+            return Err(refused(RescaleRefusal::ShortBootRecord));
         }
         write::mbr_entry(sector, slot, e.kind, start32, size32, new_abs);
     }
@@ -566,12 +646,12 @@ mod tests {
     #[test]
     fn gpt_4096_to_512_and_back() {
         let img = gpt_image(4096, 256, 128, &[(6, 99, "root"), (100, 199, "")]);
-        let r = plan(&img, img.len() as u64, 4096, 512).unwrap();
+        let r = plan_rescale(&img, img.len() as u64, 4096, 512).unwrap();
         let got: Vec<_> = r.moved.iter().map(|m| (m.new_start, m.new_size)).collect();
         assert_eq!(got, [(48, 94 * 8), (800, 800)]);
         let mut small = img.clone();
         apply(&mut small, &r.chunks);
-        let back = plan(&small, small.len() as u64, 512, 4096).unwrap();
+        let back = plan_rescale(&small, small.len() as u64, 512, 4096).unwrap();
         let mut again = small.clone();
         apply(&mut again, &back.chunks);
         let layout = table::read(&again, 4096, again.len() as u64).unwrap();
@@ -581,14 +661,14 @@ mod tests {
     #[test]
     fn gpt_512_partition_inside_the_4096_array_is_refused() {
         let img = gpt_image(512, 4096, 128, &[(40, 103, "a")]);
-        let err = plan(&img, img.len() as u64, 512, 4096).unwrap_err().to_string();
+        let err = plan_rescale(&img, img.len() as u64, 512, 4096).unwrap_err().to_string();
         assert!(err.contains("partition 1 starts at byte 20480"), "{err}");
     }
 
     #[test]
     fn mbr_with_logicals_512_to_4096_refuses_odd_starts() {
         let img = mbr_extended();
-        let err = plan(&img, img.len() as u64, 512, 4096).unwrap_err().to_string();
+        let err = plan_rescale(&img, img.len() as u64, 512, 4096).unwrap_err().to_string();
         assert!(err.contains("partition 1 starts at byte 512"), "{err}");
     }
 
@@ -600,17 +680,17 @@ mod tests {
         mbr_entry(&mut img, 200 * 4096, 0, 0x83, 8, 50);
         mbr_entry(&mut img, 200 * 4096, 1, 0x05, 100, 100);
         mbr_entry(&mut img, 300 * 4096, 0, 0x83, 8, 40);
-        let r = plan(&img, img.len() as u64, 4096, 512).unwrap();
+        let r = plan_rescale(&img, img.len() as u64, 4096, 512).unwrap();
         assert_eq!(r.moved.len(), 4);
         let mut small = img.clone();
         apply(&mut small, &r.chunks);
-        let back = plan(&small, small.len() as u64, 512, 4096).unwrap();
+        let back = plan_rescale(&small, small.len() as u64, 512, 4096).unwrap();
         let mut again = small.clone();
         apply(&mut again, &back.chunks);
         let layout = table::read(&again, 4096, img.len() as u64).unwrap();
         assert_eq!(layout.partitions, r.old.partitions);
         // Only CHS (zero in the fixture) differs; a second round is a fixed point.
-        assert_eq!(plan(&again, img.len() as u64, 4096, 512).unwrap().chunks, r.chunks);
+        assert_eq!(plan_rescale(&again, img.len() as u64, 4096, 512).unwrap().chunks, r.chunks);
     }
 
     #[test]
@@ -620,7 +700,7 @@ mod tests {
         // Only the table is read: a size far past the image is fine here.
         mbr_entry(&mut img, 0, 1, 0x83, 0x2000_0000, 0x1000_0000);
         let size = 0x4000_0000u64 * 4096;
-        let err = plan(&img, size, 4096, 512).unwrap_err().to_string();
+        let err = plan_rescale(&img, size, 4096, 512).unwrap_err().to_string();
         assert!(err.contains("partition 2") && err.contains("32-bit"), "{err}");
     }
 
@@ -649,7 +729,7 @@ mod tests {
     #[test]
     fn bad_sizes() {
         let img = vec![0u8; 8192];
-        assert!(matches!(plan(&img, 8192, 512, 512), Err(RescaleError::Sizes(512, 512))));
-        assert!(matches!(plan(&img, 8192, 512, 8192), Err(RescaleError::Sizes(..))));
+        assert!(matches!(plan_rescale(&img, 8192, 512, 512), Err(RescaleError::Sizes(512, 512))));
+        assert!(matches!(plan_rescale(&img, 8192, 512, 8192), Err(RescaleError::Sizes(..))));
     }
 }

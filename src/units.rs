@@ -8,7 +8,7 @@ pub const SIZE_SYNTAX: &str =
 /// Parse "4096", "16K", "64MiB", "1.5G", "2TB" as util-linux's strtosize
 /// does: K and KiB are 1024, KB is 1000, a fractional part is truncated to
 /// whole bytes. None when malformed or too large for a u64.
-pub fn parse_bytes(text: &str) -> Option<u64> {
+pub(crate) fn parse_bytes(text: &str) -> Option<u64> {
     let t = text.trim();
     let number_end = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
     let (number, suffix) = t.split_at(number_end);
@@ -59,7 +59,7 @@ pub fn size_arg(text: &str) -> Result<u64, NotASize> {
 }
 
 /// A sector size: a power of two from 512 to `max`.
-pub fn is_sector_size(size: u64, max: u64) -> bool {
+pub(crate) fn is_sector_size(size: u64, max: u64) -> bool {
     size.is_power_of_two() && (512..=max).contains(&size)
 }
 

@@ -4,7 +4,7 @@
 #![no_main]
 
 use blkalign::align::Geometry;
-use blkalign::plan::{self, Align, Label, Size};
+use blkalign::plan::{self, Align, NewLabel, Size};
 use blkalign_fuzz::roundtrip;
 use libfuzzer_sys::arbitrary::{Result, Unstructured};
 use libfuzzer_sys::fuzz_target;
@@ -49,7 +49,7 @@ fn size(u: &mut Unstructured, logical: u64) -> Result<Size> {
     })
 }
 
-fn request(u: &mut Unstructured, logical: u64) -> Result<plan::Request> {
+fn request(u: &mut Unstructured, logical: u64) -> Result<plan::PartitionRequest> {
     let size = size(u, logical)?;
     let type_id = if u.ratio(1, 8)? { u.arbitrary::<&str>()? } else { *u.choose(&TYPES)? };
     let name = if u.ratio(1, 4)? { Some(u.arbitrary::<String>()?) } else { None };
@@ -59,7 +59,7 @@ fn request(u: &mut Unstructured, logical: u64) -> Result<plan::Request> {
 
 fn run(u: &mut Unstructured) -> Result<()> {
     let (geometry, size_bytes) = disk(u)?;
-    let label = if u.arbitrary()? { Label::Gpt } else { Label::Mbr };
+    let label = if u.arbitrary()? { NewLabel::Gpt } else { NewLabel::Mbr };
     let align = match u.int_in_range(0..=3)? {
         0 => Align::Minimal,
         1 => Align::Bytes(u64::from(u.arbitrary::<u32>()?)),
@@ -69,7 +69,7 @@ fn run(u: &mut Unstructured) -> Result<()> {
     let most = if u.ratio(1, 16)? { 130 } else { 8 };
     let count = u.int_in_range(1..=most)?;
     let requests = (0..count).map(|_| request(u, geometry.logical)).collect::<Result<Vec<_>>>()?;
-    let Ok(plan) = plan::plan(&geometry, size_bytes, label, align, cylinders, &requests) else {
+    let Ok(plan) = plan::plan_table(&geometry, size_bytes, label, align, cylinders, &requests) else {
         return Ok(());
     };
     let ids = roundtrip::ids(plan.partitions.len(), u.arbitrary()?);

@@ -249,7 +249,7 @@ mod tests {
     use super::*;
     use crate::roundtrip;
     use blkalign::align::Geometry;
-    use blkalign::plan::{self, Align, Label, Size};
+    use blkalign::plan::{self, Align, NewLabel, Size};
     use blkalign::stack::{self, Kind};
     use blkalign::table;
 
@@ -268,7 +268,7 @@ mod tests {
             optimal_io: None,
         };
         let request = roundtrip::request(Size::Rest, "linux", None, None);
-        let plan = plan::plan(&geometry, size_bytes, Label::Gpt, Align::Optimal, false, &[request])
+        let plan = plan::plan_table(&geometry, size_bytes, NewLabel::Gpt, Align::Optimal, false, &[request])
             .unwrap();
         let mut img = Image::blank(size_bytes);
         roundtrip::apply(&mut img, &plan.table(&roundtrip::ids(1, 7)).unwrap());

@@ -5,13 +5,13 @@
 
 use crate::image::Image;
 use blkalign::align::Geometry;
-use blkalign::plan::{self, Align, Label, Plan, Planned, Request, Role, Script};
+use blkalign::plan::{self, Align, NewLabel, Plan, PlannedPartition, PartitionRequest, Role, Script};
 use blkalign::table::write::{self, Ids, TableBytes};
 use blkalign::table::{self, edit, Layout, PartKind, Partition};
 
 /// Put `table`'s writes on `img`; each must lie on the disk.
 pub fn apply(img: &mut Image, table: &TableBytes) {
-    for chunk in write::encode(table) {
+    for chunk in write::encode_table(table) {
         let end = chunk.offset.checked_add(chunk.bytes.len() as u64);
         assert!(end.is_some_and(|end| end <= img.size), "{} written past the end", chunk.what);
         img.write_at(chunk.offset, &chunk.bytes);
@@ -21,7 +21,7 @@ pub fn apply(img: &mut Image, table: &TableBytes) {
 /// (number, start, size, kind, type, name, EBR) as a reader reports them.
 type Row = (u32, u64, u64, PartKind, String, Option<String>, Option<u64>);
 
-fn planned_row(p: &Planned) -> Row {
+fn planned_row(p: &PlannedPartition) -> Row {
     let kind = match p.role {
         Role::Primary => PartKind::Primary,
         Role::Extended => PartKind::Extended,
@@ -47,8 +47,8 @@ pub fn check(plan: &Plan, ids: &Ids, size_bytes: u64, pick: u32, shift: i32) {
     let layout = table::read(&img, plan.sector_size, size_bytes)
         .unwrap_or_else(|e| panic!("{plan:?} written does not read back: {e}"));
     let label = match plan.label {
-        Label::Gpt => table::Label::Gpt,
-        Label::Mbr => table::Label::Mbr,
+        NewLabel::Gpt => table::Label::Gpt,
+        NewLabel::Mbr => table::Label::Mbr,
     };
     assert_eq!(layout.label, label);
     assert!(layout.problems.is_empty(), "{plan:?} written reads with {:?}", layout.problems);
@@ -188,8 +188,8 @@ pub fn plan_script(script: &Script) -> Option<(Plan, u64)> {
         }
         None => Align::Optimal,
     };
-    let label = script.label.unwrap_or(Label::Gpt);
-    let mut plan = plan::plan(&geometry, size_bytes, label, align, false, &script.requests).ok()?;
+    let label = script.label.unwrap_or(NewLabel::Gpt);
+    let mut plan = plan::plan_table(&geometry, size_bytes, label, align, false, &script.requests).ok()?;
     script.bound(&mut plan).ok()?;
     Some((plan, size_bytes))
 }
@@ -216,6 +216,6 @@ pub fn request(
     type_id: &str,
     name: Option<String>,
     min_start: Option<u64>,
-) -> Request {
-    Request { min_start, size, type_id: type_id.to_string(), name }
+) -> PartitionRequest {
+    PartitionRequest { min_start, size, type_id: type_id.to_string(), name }
 }

@@ -22,13 +22,13 @@ use std::path::{Path, PathBuf};
 pub enum Node {
     /// Its device node: /dev/sdb1, /dev/nvme0n1p1.
     Device(String),
-    /// Partition `number` of an image file, which has no node until
+    /// AdvisedPartition `number` of an image file, which has no node until
     /// `losetup -fP --show` attaches it: commands run on that node.
     Image { image: PathBuf, number: u32 },
 }
 
 impl Node {
-    /// Partition `number` of `target`.
+    /// AdvisedPartition `number` of `target`.
     pub fn of(target: &Target, number: u32) -> Node {
         match (target.kind, target.partition_node(number)) {
             (TargetKind::Disk, Some(node)) => Node::Device(node.display().to_string()),
@@ -92,7 +92,7 @@ impl std::fmt::Display for Node {
 }
 
 /// `path` as one shell word: quoted unless it needs no quoting.
-pub fn shell_word(path: &Path) -> String {
+pub(crate) fn shell_word(path: &Path) -> String {
     let text = path.display().to_string();
     let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
     if !text.is_empty() && text.chars().all(plain) {
@@ -103,7 +103,7 @@ pub fn shell_word(path: &Path) -> String {
 
 /// The partition advice is given for.
 #[derive(Clone, Debug)]
-pub struct Partition<'a> {
+pub struct AdvisedPartition<'a> {
     pub node: &'a Node,
     pub number: u32,
     /// The disk or image it is on, as `blkalign realign` takes it.
@@ -206,7 +206,7 @@ const FS_BLOCK: u64 = 4096;
 /// Advice for partition `part` on disk `disk` (its kernel name) with `io`,
 /// given what the partition holds: moving it first when its start is
 /// misaligned, since nothing inside can be aligned before.
-pub fn advise(part: &Partition, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<Advice> {
+pub fn advise(part: &AdvisedPartition, disk: &str, io: &IoSizes, holds: &Holds) -> Vec<Advice> {
     let dev = &part.node.shell();
     let mut out = Vec::new();
     match holds {
@@ -272,7 +272,7 @@ const RECREATE: &str = "changing it means recreating it: copy the data off first
 
 /// For a partition starting off a physical boundary: the move that aligns
 /// it, keeping its data.
-fn realign(part: &Partition) -> Option<Advice> {
+fn realign(part: &AdvisedPartition) -> Option<Advice> {
     if part.compensated {
         return Some(Advice::note(
             "partition",
@@ -300,7 +300,7 @@ fn realign(part: &Partition) -> Option<Advice> {
 
 /// What to create on an empty partition, by its type: a file system for
 /// data, FAT for an ESP, swap for swap, and so on.
-fn empty(part: &Partition, io: &IoSizes) -> Vec<Advice> {
+fn empty(part: &AdvisedPartition, io: &IoSizes) -> Vec<Advice> {
     let dev = &part.node.shell();
     match types::name_of(part.type_id) {
         Some("efi" | "fat32" | "fat32-chs" | "fat16") => vec![vfat(part, io)],
@@ -321,7 +321,7 @@ fn empty(part: &Partition, io: &IoSizes) -> Vec<Advice> {
 /// What to do about a layer found inside partition `part` whose verdict is
 /// not aligned, from what its header says. None for an aligned layer.
 pub fn for_layer(
-    part: &Partition,
+    part: &AdvisedPartition,
     io: &IoSizes,
     layer: &Layer,
     verdict: &LayerVerdict,
@@ -330,7 +330,7 @@ pub fn for_layer(
 }
 
 fn layer_fix(
-    part: &Partition,
+    part: &AdvisedPartition,
     io: &IoSizes,
     layer: &Layer,
     verdict: &LayerVerdict,
@@ -606,7 +606,7 @@ const FAT32_MIN_CLUSTERS: u64 = 65525;
 /// FAT with clusters of a whole physical sector, which mkfs.fat aligns to
 /// the partition's start by default; FAT32 (what an ESP should be) when
 /// the partition holds enough such clusters.
-fn vfat(part: &Partition, io: &IoSizes) -> Advice {
+fn vfat(part: &AdvisedPartition, io: &IoSizes) -> Advice {
     let (command, why) = mkfs_vfat(&part.node.shell(), part.size_bytes, part.logical, io.physical);
     Advice::run("vfat", command, why)
 }
@@ -615,7 +615,12 @@ fn vfat(part: &Partition, io: &IoSizes) -> Advice {
 /// sectors on `physical`-byte physical sectors, and why: FAT32 only where
 /// the clusters are enough for it (the spec's minimum; `-F 32` below it
 /// makes a FAT32 that Windows and the firmware may refuse).
-pub fn mkfs_vfat(dev: &str, size_bytes: u64, logical: u64, physical: u64) -> (String, String) {
+pub(crate) fn mkfs_vfat(
+    dev: &str,
+    size_bytes: u64,
+    logical: u64,
+    physical: u64,
+) -> (String, String) {
     let cluster = physical.clamp(FS_BLOCK, 32768).max(logical);
     // Room for the FATs and reserved sectors besides the clusters.
     let fat32 = size_bytes / cluster > FAT32_MIN_CLUSTERS + 1024;
@@ -724,8 +729,8 @@ mod tests {
     }
 
     /// An aligned Linux partition `dev` of 1 GiB.
-    fn part<'a>(node: &'a Node, type_id: &'a str) -> Partition<'a> {
-        Partition {
+    fn part<'a>(node: &'a Node, type_id: &'a str) -> AdvisedPartition<'a> {
+        AdvisedPartition {
             node,
             number: 1,
             disk: Path::new("/dev/sda"),
@@ -842,10 +847,10 @@ mod tests {
         let data: Vec<_> = layers("0x83").into_iter().map(|(l, _)| l).collect();
         assert_eq!(data, ["ext4", "xfs", "lvm", "luks", "zfs"]);
         // A small ESP cannot hold FAT32's clusters at 4 KiB; 4Kn counts them in 4096s.
-        let small = Partition { size_bytes: 100 << 20, ..part(&node, esp) };
+        let small = AdvisedPartition { size_bytes: 100 << 20, ..part(&node, esp) };
         let a = advise(&small, "sda", &plain, &Holds::Nothing);
         assert_eq!(command(&a, "vfat"), "mkfs.vfat -s 8 /dev/sda1");
-        let native = Partition { logical: 4096, ..part(&node, esp) };
+        let native = AdvisedPartition { logical: 4096, ..part(&node, esp) };
         let a = advise(&native, "sda", &plain, &Holds::Nothing);
         assert_eq!(command(&a, "vfat"), "mkfs.vfat -F 32 -s 1 /dev/sda1");
     }
@@ -862,7 +867,7 @@ mod tests {
              ${dev}p2; ok=$?; losetup -d $dev; test $ok = 0; }"
         );
         assert_eq!(node.to_string(), "partition 2 of old disk.img");
-        let at63 = Partition {
+        let at63 = AdvisedPartition {
             disk: Path::new("old disk.img"),
             misalignment_bytes: 3584,
             compensated: false,
@@ -900,8 +905,11 @@ mod tests {
     fn a_layer_off_only_because_its_partition_is_gets_realign_first() {
         let node = Node::Device("/dev/sda1".into());
         let plain = io(4096, None, None);
-        let at63 =
-            Partition { start_bytes: 63 * 512, misalignment_bytes: 3584, ..part(&node, "0x8e") };
+        let at63 = AdvisedPartition {
+            start_bytes: 63 * 512,
+            misalignment_bytes: 3584,
+            ..part(&node, "0x8e")
+        };
         let pv = holding(Kind::LvmPv, "LVM2_member");
         let a = advise(&at63, "sda", &plain, &pv);
         assert_eq!(a[0].command.as_deref(), Some("blkalign realign /dev/sda 1"));

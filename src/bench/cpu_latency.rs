@@ -39,7 +39,7 @@ impl CpuLatency {
 
 /// The limit in force, whoever holds it (this process, tuned, another
 /// benchmark): None when there is none, or it cannot be read (not root).
-pub fn in_force() -> Option<u32> {
+pub(crate) fn in_force() -> Option<u32> {
     read_limit(Path::new(DEVICE))
 }
 

@@ -3,7 +3,7 @@
 
 use super::engine::Engine;
 use super::progress::Progress;
-use super::request::{BenchError, Mode, Request, CHUNK_BYTES};
+use super::request::{BenchError, IoRequest, Mode, CHUNK_BYTES};
 #[cfg(feature = "io_uring")]
 use super::uring::Op;
 use crate::device::sysfs::{block_dir, read_number};
@@ -56,7 +56,7 @@ pub fn open_direct(path: &Path, mode: Mode, sync: bool) -> Result<File, BenchErr
 /// A new read-write O_DIRECT description of an already open file, so callers
 /// may pass whatever descriptor they hold (audit opens read-only); exclusive
 /// for a block device, as [`open_direct`].
-pub fn reopen_direct(file: &File) -> Result<File, BenchError> {
+pub(crate) fn reopen_direct(file: &File) -> Result<File, BenchError> {
     let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
     open_direct(&path, Mode::Write, false)
 }
@@ -148,7 +148,7 @@ pub struct Executed {
 /// down by a kernel worker while the next chunk is timed.
 pub fn execute(
     file: &File,
-    requests: &[Request],
+    requests: &[IoRequest],
     mode: Mode,
     engine: Engine,
     progress: &Progress,
@@ -195,7 +195,7 @@ impl Issuer {
     fn back_up(
         &mut self,
         file: &File,
-        chunk: &[Request],
+        chunk: &[IoRequest],
         slots: &[Range<usize>],
     ) -> Result<(), BenchError> {
         match self {
@@ -210,7 +210,7 @@ impl Issuer {
     fn run(
         &mut self,
         file: &File,
-        chunk: &[Request],
+        chunk: &[IoRequest],
         slots: &[Range<usize>],
         mode: Mode,
         timings: &mut [Duration],
@@ -235,7 +235,7 @@ impl Issuer {
 }
 
 /// Refuses any request larger than CHUNK_BYTES before memory is set aside.
-fn check_sizes(requests: &[Request]) -> Result<(), BenchError> {
+fn check_sizes(requests: &[IoRequest]) -> Result<(), BenchError> {
     match requests.iter().find(|r| r.size > CHUNK_BYTES) {
         Some(r) => Err(BenchError::Invalid(format!(
             "a request of {} bytes is larger than the {CHUNK_BYTES}-byte limit",
@@ -246,13 +246,13 @@ fn check_sizes(requests: &[Request]) -> Result<(), BenchError> {
 }
 
 /// Memory a request's buffer takes in the arena: its size up to a page.
-fn footprint(req: &Request) -> u64 {
+fn footprint(req: &IoRequest) -> u64 {
     req.size.checked_next_multiple_of(BUF_ALIGN as u64).unwrap_or(u64::MAX)
 }
 
 /// Consecutive slices whose buffers take at most CHUNK_BYTES, with at
 /// least one request each.
-fn chunks(requests: &[Request]) -> Vec<&[Request]> {
+fn chunks(requests: &[IoRequest]) -> Vec<&[IoRequest]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (i, req) in requests.iter().enumerate() {
@@ -270,8 +270,8 @@ fn chunks(requests: &[Request]) -> Vec<&[Request]> {
 
 /// Bytes of the largest chunk's buffers, hence of the arena; at most
 /// CHUNK_BYTES once [`check_sizes`] passed.
-fn arena_len(chunks: &[&[Request]], mode: Mode) -> usize {
-    let bytes = |chunk: &&[Request]| {
+fn arena_len(chunks: &[&[IoRequest]], mode: Mode) -> usize {
+    let bytes = |chunk: &&[IoRequest]| {
         let each = chunk.iter().map(footprint);
         if mode == Mode::Destructive {
             each.max().unwrap_or(0)
@@ -288,7 +288,7 @@ fn arena_len(chunks: &[&[Request]], mode: Mode) -> usize {
 /// the same for all, so destructive writes share one buffer (as fio's
 /// requests share a few), which stays in the CPU caches. Sizes were checked
 /// by [`check_sizes`], so nothing overflows.
-fn layout(chunk: &[Request], mode: Mode) -> Vec<Range<usize>> {
+fn layout(chunk: &[IoRequest], mode: Mode) -> Vec<Range<usize>> {
     let mut at = 0;
     chunk
         .iter()
@@ -316,7 +316,7 @@ fn split<'a>(mut arena: &'a mut [u8], slots: &[Range<usize>]) -> Vec<&'a mut [u8
         .collect()
 }
 
-fn timed(file: &File, req: &Request, buf: &mut [u8], mode: Mode) -> Result<Duration, BenchError> {
+fn timed(file: &File, req: &IoRequest, buf: &mut [u8], mode: Mode) -> Result<Duration, BenchError> {
     let begin = Instant::now();
     let result = match mode {
         Mode::Read => file.read_exact_at(buf, req.pos),
@@ -336,7 +336,7 @@ fn mode_name(mode: Mode) -> &'static str {
 }
 
 /// Reads every range in parallel: untimed, so only wall time is at stake.
-fn back_up(file: &File, chunk: &[Request], bufs: &mut [&mut [u8]]) -> Result<(), BenchError> {
+fn back_up(file: &File, chunk: &[IoRequest], bufs: &mut [&mut [u8]]) -> Result<(), BenchError> {
     let per = chunk.len().div_ceil(READERS).max(1);
     std::thread::scope(|scope| {
         let workers: Vec<_> = chunk
@@ -350,7 +350,7 @@ fn back_up(file: &File, chunk: &[Request], bufs: &mut [&mut [u8]]) -> Result<(),
     })
 }
 
-fn read_each(file: &File, reqs: &[Request], bufs: &mut [&mut [u8]]) -> Result<(), BenchError> {
+fn read_each(file: &File, reqs: &[IoRequest], bufs: &mut [&mut [u8]]) -> Result<(), BenchError> {
     reqs.iter().zip(bufs).try_for_each(|(req, buf)| {
         file.read_exact_at(buf, req.pos).map_err(|e| io_error("backup read", req.pos, req.size, e))
     })
@@ -359,14 +359,14 @@ fn read_each(file: &File, reqs: &[Request], bufs: &mut [&mut [u8]]) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::Phase;
+    use crate::bench::BenchPhase;
 
-    fn req(size: u64) -> Request {
-        Request { cell: 0, pos: 0, size }
+    fn req(size: u64) -> IoRequest {
+        IoRequest { cell: 0, pos: 0, size }
     }
 
     fn idle() -> Progress {
-        Progress::new(0, Phase::Timed)
+        Progress::new(0, BenchPhase::Timed)
     }
 
     #[test]
@@ -446,8 +446,8 @@ mod tests {
         vec![Engine::Psync]
     }
 
-    fn scattered() -> Vec<Request> {
-        let at = |pos, size| Request { cell: 0, pos, size };
+    fn scattered() -> Vec<IoRequest> {
+        let at = |pos, size| IoRequest { cell: 0, pos, size };
         vec![at(8192, 512), at(0, 4096), at(20480, 8192), at(4096, 1024), at(12288, 512)]
     }
 
@@ -455,7 +455,7 @@ mod tests {
     fn writes_put_back_what_was_there_with_either_engine() {
         for engine in engines() {
             let (file, bytes) = numbered(32768);
-            let progress = Progress::new(5, Phase::Backup);
+            let progress = Progress::new(5, BenchPhase::Backup);
             let run = execute(&file, &scattered(), Mode::Write, engine, &progress);
             assert_eq!(run.unwrap().latencies.len(), 5, "{engine:?}");
             assert_eq!(progress.counts(), (5, 5), "{engine:?}: counted once per request");

@@ -1,7 +1,7 @@
 //! Measuring write (or read) latency at chosen sizes and offsets, with
 //! O_DIRECT so every request reaches the drive as issued.
 //!
-//! A [`plan::Plan`] lists cells (size × offset) and their positions;
+//! A [`plan::IoPlan`] lists cells (size × offset) and their positions;
 //! [`run`] interleaves them at random, times each request and summarises
 //! each cell. Writes are non-destructive unless asked otherwise: the data
 //! is read before the timed phase and the same bytes are written back.
@@ -19,11 +19,14 @@ pub mod svg;
 #[cfg(feature = "io_uring")]
 pub mod uring;
 
-pub use engine::{Engine, Unavailable};
-pub use io::{device_info, open_direct, reopen_direct, DeviceInfo, KernelView};
-pub use plan::{Cell, Plan, Span, Workload};
-pub use progress::{Phase, Progress};
-pub use request::{BenchError, Mode, Request};
+pub use engine::Engine;
+pub use io::{device_info, open_direct};
+pub(crate) use io::{reopen_direct, KernelView};
+pub(crate) use plan::{Cell, IoPlan};
+pub use plan::{Span, Workload};
+pub use progress::{BenchPhase, Progress};
+pub use request::Mode;
+pub(crate) use request::{BenchError, IoRequest};
 
 use rng::Rng;
 use serde::Serialize;
@@ -77,7 +80,7 @@ pub struct Report {
 /// request in `progress`.
 pub fn run(
     file: &std::fs::File,
-    plan: &Plan,
+    plan: &IoPlan,
     mode: Mode,
     engine: Engine,
     rng: &mut Rng,
@@ -177,28 +180,28 @@ mod tests {
 
     #[test]
     fn the_first_request_ends_a_backup() {
-        let progress = Progress::new(3, Phase::Backup);
+        let progress = Progress::new(3, BenchPhase::Backup);
         progress.finish_one();
-        assert_eq!((progress.phase(), progress.counts()), (Phase::Timed, (1, 3)));
+        assert_eq!((progress.phase(), progress.counts()), (BenchPhase::Timed, (1, 3)));
         progress.start_backup();
-        assert_eq!(progress.phase(), Phase::Backup);
-        progress.set_phase(Phase::Sweep);
+        assert_eq!(progress.phase(), BenchPhase::Backup);
+        progress.set_phase(BenchPhase::Sweep);
         progress.start_backup();
         progress.finish_one();
-        assert_eq!(progress.phase(), Phase::Sweep);
+        assert_eq!(progress.phase(), BenchPhase::Sweep);
     }
 
     #[test]
     fn progress_of_a_plan_counts_its_requests_and_starts_as_the_mode_does() {
         let cell = |n| Cell { size: 512, offset: 0, step: 512, positions: vec![0; n] };
-        let plan = Plan { cells: vec![cell(2), cell(3)], run: 1 };
+        let plan = IoPlan { cells: vec![cell(2), cell(3)], run: 1 };
         let phase_and_total = |mode| {
             let progress = Progress::of(&plan, mode);
             (progress.phase(), progress.counts().1)
         };
-        assert_eq!(phase_and_total(Mode::Write), (Phase::Backup, 5));
-        assert_eq!(phase_and_total(Mode::Read), (Phase::Timed, 5));
-        assert_eq!(phase_and_total(Mode::Destructive), (Phase::Timed, 5));
+        assert_eq!(phase_and_total(Mode::Write), (BenchPhase::Backup, 5));
+        assert_eq!(phase_and_total(Mode::Read), (BenchPhase::Timed, 5));
+        assert_eq!(phase_and_total(Mode::Destructive), (BenchPhase::Timed, 5));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The three workloads of the articles as lists of cells (a size at an
 //! offset, with the positions to write) and their interleaved schedule.
 
-use super::request::{BenchError, Request, CHUNK_BYTES};
+use super::request::{BenchError, IoRequest, CHUNK_BYTES};
 use super::rng::Rng;
 
 /// One (size, offset) combination and every position it is measured at.
@@ -18,12 +18,12 @@ pub struct Cell {
 /// Cells, and how many consecutive positions of a cell run together
 /// (1 interleaves every request; `stride` keeps runs sequential).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct IoPlan {
     pub cells: Vec<Cell>,
     pub run: usize,
 }
 
-impl Plan {
+impl IoPlan {
     /// Whether some size is measured at two or more offsets: a line to draw
     /// (see [`super::svg`]).
     pub fn has_line(&self) -> bool {
@@ -42,11 +42,11 @@ pub struct Span {
 }
 
 /// The largest request: its backup is held in memory.
-pub const MAX_SIZE: u64 = CHUNK_BYTES;
+pub(crate) const MAX_SIZE: u64 = CHUNK_BYTES;
 
 /// The most requests in one run: each takes some 40 bytes of bookkeeping
 /// (position, schedule, latency) before anything is measured.
-pub const MAX_REQUESTS: u64 = 10_000_000;
+pub(crate) const MAX_REQUESTS: u64 = 10_000_000;
 
 fn invalid(message: String) -> BenchError {
     BenchError::Invalid(message)
@@ -106,7 +106,7 @@ pub enum Workload {
 
 impl Workload {
     /// The plan of this workload within `span`.
-    pub fn plan(&self, span: Span, logical: u64, rng: &mut Rng) -> Result<Plan, BenchError> {
+    pub fn plan(&self, span: Span, logical: u64, rng: &mut Rng) -> Result<IoPlan, BenchError> {
         let size = |asked: &Option<u64>| asked.unwrap_or(logical.max(4096));
         let or = |given: &Vec<u64>, default: Vec<u64>| {
             if given.is_empty() {
@@ -150,7 +150,7 @@ pub fn random(
     span: Span,
     logical: u64,
     rng: &mut Rng,
-) -> Result<Plan, BenchError> {
+) -> Result<IoPlan, BenchError> {
     check_size(size)?;
     check_sector("size", size, logical)?;
     check_count(&format!("count {count}"), count, offsets.len())?;
@@ -166,7 +166,7 @@ pub fn random(
             Ok(Cell { size, offset, step: size, positions })
         })
         .collect::<Result<_, BenchError>>()?;
-    Ok(Plan { cells, run: 1 })
+    Ok(IoPlan { cells, run: 1 })
 }
 
 fn too_small(size: u64, offset: u64, span: Span) -> BenchError {
@@ -178,7 +178,7 @@ fn too_small(size: u64, offset: u64, span: Span) -> BenchError {
 
 /// phybs' matrix: sizes from the logical sector to 8x, offsets at every
 /// logical sector below the size, `count` writes each `4 * size` apart.
-pub fn phybs(count: u64, span: Span, logical: u64) -> Result<Plan, BenchError> {
+pub fn phybs(count: u64, span: Span, logical: u64) -> Result<IoPlan, BenchError> {
     // 1 + 2 + 4 + 8 cells.
     check_count(&format!("count {count}"), count, 15)?;
     let mut cells = Vec::new();
@@ -187,7 +187,7 @@ pub fn phybs(count: u64, span: Span, logical: u64) -> Result<Plan, BenchError> {
             cells.push(sequential(size, offset, 4 * size, count, span)?);
         }
     }
-    Ok(Plan { cells, run: 1 })
+    Ok(IoPlan { cells, run: 1 })
 }
 
 /// part-align-bench: `size` writes every `stride` from each base sector
@@ -199,7 +199,7 @@ pub fn stride(
     bases: &[u64],
     span: Span,
     logical: u64,
-) -> Result<Plan, BenchError> {
+) -> Result<IoPlan, BenchError> {
     check_size(size)?;
     check_sector("size", size, logical)?;
     check_sector("stride", stride, logical)?;
@@ -216,7 +216,7 @@ pub fn stride(
             sequential(size, offset, stride, count, span)
         })
         .collect::<Result<_, BenchError>>()?;
-    Ok(Plan { cells, run: 32 })
+    Ok(IoPlan { cells, run: 32 })
 }
 
 /// `count` positions offset, offset + step, ... all inside the span.
@@ -241,7 +241,7 @@ fn sequential(
 
 /// Every request of the plan, cells interleaved in random order (in runs of
 /// `plan.run`), so that drift over time spreads over all cells alike.
-pub fn schedule(plan: &Plan, rng: &mut Rng) -> Vec<Request> {
+pub fn schedule(plan: &IoPlan, rng: &mut Rng) -> Vec<IoRequest> {
     let run = plan.run.max(1);
     let mut runs: Vec<(usize, &[u64])> = plan
         .cells
@@ -253,7 +253,7 @@ pub fn schedule(plan: &Plan, rng: &mut Rng) -> Vec<Request> {
     runs.into_iter()
         .flat_map(|(cell, positions)| {
             let size = plan.cells[cell].size;
-            positions.iter().map(move |&pos| Request { cell, pos, size })
+            positions.iter().map(move |&pos| IoRequest { cell, pos, size })
         })
         .collect()
 }

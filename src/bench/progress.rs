@@ -1,12 +1,12 @@
 //! Where a run stands, for a progress display on another thread.
 
-use super::plan::Plan;
+use super::plan::IoPlan;
 use super::request::Mode;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 /// What a run is doing, for a progress display.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub enum BenchPhase {
     /// Reading what the writes will put back: untimed.
     Backup,
     /// Timed requests.
@@ -18,7 +18,13 @@ pub enum Phase {
     Sweep,
 }
 
-const PHASES: [Phase; 5] = [Phase::Backup, Phase::Timed, Phase::Locate, Phase::Knee, Phase::Sweep];
+const PHASES: [BenchPhase; 5] = [
+    BenchPhase::Backup,
+    BenchPhase::Timed,
+    BenchPhase::Locate,
+    BenchPhase::Knee,
+    BenchPhase::Sweep,
+];
 
 /// Where a run stands, read by a progress display on another thread while
 /// the run goes on. Atomics only: counting must cost a request nothing
@@ -31,7 +37,7 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(total: u64, phase: Phase) -> Progress {
+    pub fn new(total: u64, phase: BenchPhase) -> Progress {
         Progress {
             done: AtomicU64::new(0),
             total: AtomicU64::new(total),
@@ -41,9 +47,12 @@ impl Progress {
 
     /// For [`run`] of `plan` in `mode`: a write first reads what it will
     /// put back.
-    pub fn of(plan: &Plan, mode: Mode) -> Progress {
+    pub fn of(plan: &IoPlan, mode: Mode) -> Progress {
         let total = plan.cells.iter().map(|c| c.positions.len() as u64).sum();
-        Progress::new(total, if mode == Mode::Write { Phase::Backup } else { Phase::Timed })
+        Progress::new(
+            total,
+            if mode == Mode::Write { BenchPhase::Backup } else { BenchPhase::Timed },
+        )
     }
 
     /// Requests finished, and requests planned (probe's plan grows as its
@@ -52,7 +61,7 @@ impl Progress {
         (self.done.load(Relaxed), self.total.load(Relaxed))
     }
 
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> BenchPhase {
         PHASES[usize::from(self.phase.load(Relaxed)).min(PHASES.len() - 1)]
     }
 
@@ -60,21 +69,21 @@ impl Progress {
         self.total.store(total, Relaxed);
     }
 
-    pub(crate) fn set_phase(&self, phase: Phase) {
+    pub(crate) fn set_phase(&self, phase: BenchPhase) {
         self.phase.store(phase as u8, Relaxed);
     }
 
     /// A backup starts: the timed phase pauses (probe's stages stay shown).
     pub(crate) fn start_backup(&self) {
-        if self.phase.load(Relaxed) == Phase::Timed as u8 {
-            self.set_phase(Phase::Backup);
+        if self.phase.load(Relaxed) == BenchPhase::Timed as u8 {
+            self.set_phase(BenchPhase::Backup);
         }
     }
 
     /// A request finished: any backup before it is over.
     pub(crate) fn finish_one(&self) {
-        if self.phase.load(Relaxed) == Phase::Backup as u8 {
-            self.set_phase(Phase::Timed);
+        if self.phase.load(Relaxed) == BenchPhase::Backup as u8 {
+            self.set_phase(BenchPhase::Timed);
         }
         self.done.fetch_add(1, Relaxed);
     }

@@ -37,7 +37,7 @@ pub enum BenchError {
 
 /// One timed request: a cell's size at a position.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Request {
+pub struct IoRequest {
     pub cell: usize,
     pub pos: u64,
     pub size: u64,

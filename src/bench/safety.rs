@@ -33,7 +33,7 @@ pub fn check_unused(file: &fs::File, path: &Path, root: &SysRoot) -> Result<(), 
 
 /// Real /sys and /dev, or a fixture tree (ROOT/sys, ROOT/dev) for any
 /// other sysfs path.
-pub fn root_of(sys: &Path) -> SysRoot {
+pub(crate) fn root_of(sys: &Path) -> SysRoot {
     if sys == Path::new("/sys") {
         SysRoot::real()
     } else {

@@ -25,7 +25,7 @@ impl Latency {
 }
 
 /// Linear interpolation between closest ranks of sorted samples.
-pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], q: f64) -> f64 {
     let Some(last) = sorted.len().checked_sub(1) else {
         return 0.0;
     };
@@ -34,7 +34,7 @@ pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[low] + (sorted[high] - sorted[low]) * (rank - low as f64)
 }
 
-pub fn median(samples: &[f64]) -> f64 {
+pub(crate) fn median(samples: &[f64]) -> f64 {
     Latency::of(samples).p50
 }
 
@@ -53,7 +53,7 @@ pub fn rates(count: u64, size: u64, msec: f64) -> (f64, f64) {
 /// Ratio below which two cell medians count as the same speed. The
 /// emulator's smallest penalty (one read-modify-write) is 2×, real drives'
 /// a revolution per write, several times a fast write.
-pub const GAP: f64 = 1.5;
+pub(crate) const GAP: f64 = 1.5;
 
 /// Which cells are fast, from their medians: the widest gap between
 /// neighbours in sorted order, when it is at least GAP, separates the fast
@@ -68,7 +68,7 @@ pub fn split(medians: &[f64]) -> Option<Vec<bool>> {
 
 /// Probability that a fast sample beats a slow one (the area under the ROC
 /// curve): 1.0 when the clusters do not overlap at all.
-pub fn separation(fast: &[f64], slow: &[f64]) -> f64 {
+pub(crate) fn separation(fast: &[f64], slow: &[f64]) -> f64 {
     let pairs = fast.len() * slow.len();
     if pairs == 0 {
         return 0.0;
@@ -88,7 +88,7 @@ pub fn separation(fast: &[f64], slow: &[f64]) -> f64 {
 
 /// How sure "no penalty" is, from cell medians: 1 when the 10th and 90th
 /// percentiles agree, falling to 0 as their ratio nears GAP.
-pub fn uniformity(medians: &[f64]) -> f64 {
+pub(crate) fn uniformity(medians: &[f64]) -> f64 {
     let mut sorted = medians.to_vec();
     sorted.sort_by(f64::total_cmp);
     let (low, high) = (percentile(&sorted, 0.1), percentile(&sorted, 0.9));

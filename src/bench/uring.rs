@@ -12,7 +12,7 @@
 //! spent stays small. How deep polling pays depends on how fast idle CPUs
 //! wake: see [`poll_depth`].
 
-use super::request::{BenchError, Request};
+use super::request::{BenchError, IoRequest};
 use crate::io::AlignedBuf;
 use io_uring::{cqueue, opcode, squeue, types, IoUring, Submitter};
 use std::fs::File;
@@ -115,7 +115,7 @@ impl Ring {
     /// follows measurably slower (placed anew beside the device's workers).
     pub(crate) fn back_up(
         &mut self,
-        chunk: &[Request],
+        chunk: &[IoRequest],
         slots: &[Range<usize>],
     ) -> Result<(), BenchError> {
         let mut untimed = vec![Duration::ZERO; chunk.len()];
@@ -127,7 +127,7 @@ impl Ring {
     /// wakeup reaps all completions, refills, and submits them in one call.
     pub(crate) fn run_chunk(
         &mut self,
-        chunk: &[Request],
+        chunk: &[IoRequest],
         slots: &[Range<usize>],
         op: Op,
         timings: &mut [Duration],
@@ -228,7 +228,7 @@ fn register(ring: &IoUring, arena: &mut AlignedBuf) -> std::io::Result<()> {
 
 /// Each request's length, once every buffer is known to lie in the arena.
 fn lengths(
-    chunk: &[Request],
+    chunk: &[IoRequest],
     slots: &[Range<usize>],
     arena: usize,
 ) -> Result<Vec<u32>, BenchError> {
@@ -299,7 +299,7 @@ fn enter(submitter: &Submitter, to_submit: u32, min_complete: u32) -> std::io::R
     }
 }
 
-fn short(result: i32, req: &Request, op: Op) -> BenchError {
+fn short(result: i32, req: &IoRequest, op: Op) -> BenchError {
     let source = if result < 0 {
         std::io::Error::from_raw_os_error(-result)
     } else {

@@ -9,7 +9,7 @@ use blkalign::advise::{self, Advice, Holds, IoSizes, Node};
 use blkalign::audit::LayerAudit;
 use blkalign::device::{SysRoot, Target};
 use blkalign::open::Opened;
-use blkalign::report::table::{self, fill, Column, Kind, Style};
+use blkalign::report::table::{self, fill, Column, ColumnKind, Style};
 use blkalign::report::{partition_name, PARTITION_NAME_ABOUT};
 use blkalign::table::{self as layout, PartKind};
 use serde::Serialize;
@@ -65,7 +65,8 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let Some(columns) = args.output.columns(&all)? else { return Ok(EXIT_OK) };
     let path = args.target.as_deref().context("name the disk or image to advise on")?;
     let trust_kernel = args.geometry.trust_kernel;
-    let opened = blkalign::open::open(&root, path, &args.geometry.overrides(), trust_kernel)?;
+    let opened =
+        blkalign::open::open_target(&root, path, &args.geometry.overrides(), trust_kernel)?;
     let Opened { target, file, topology, geometry } = opened;
     let logical = topology.logical_sector_size.value;
     let layout = layout::read(&file, logical, topology.size_bytes)
@@ -92,7 +93,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
             let misalignment_bytes =
                 geometry.judge(p.start, p.size).map_or(0, |v| v.misalignment_bytes);
             let judged = layers.iter().map(|l| (&l.layer, &l.verdict));
-            let part = advise::Partition {
+            let part = advise::AdvisedPartition {
                 node: &named,
                 number: p.number,
                 disk: &target.path,
@@ -146,7 +147,7 @@ struct Row<'a> {
 
 /// The columns `advise` can print (`-o`).
 fn columns<'a>() -> Vec<Column<Row<'a>>> {
-    use Kind::{Command, Free, Number, Text};
+    use ColumnKind::{Command, Free, Number, Text};
     let column = Column::<Row<'a>>::new;
     vec![
         column("NAME", PARTITION_NAME_ABOUT, Text, |r, _| {
@@ -242,7 +243,11 @@ fn text<'a>(
 
 /// Advice from the layers found inside partition `part`: what fixes each
 /// one that is not aligned.
-fn layer_advice(layers: &[LayerAudit], part: &advise::Partition, io: &IoSizes) -> Vec<Advice> {
+fn layer_advice(
+    layers: &[LayerAudit],
+    part: &advise::AdvisedPartition,
+    io: &IoSizes,
+) -> Vec<Advice> {
     layers.iter().filter_map(|l| advise::for_layer(part, io, &l.layer, &l.verdict)).collect()
 }
 

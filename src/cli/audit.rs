@@ -3,7 +3,7 @@
 use super::output::OutputArgs;
 use super::{GeometryArgs, EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use blkalign::align::Class;
-use blkalign::audit::{self, DiskAudit, Options};
+use blkalign::audit::{self, AuditOptions, DiskAudit};
 use blkalign::device::{libvirt, SysRoot};
 use blkalign::report;
 use std::path::PathBuf;
@@ -91,7 +91,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let Some(columns) = args.output.columns(&all)? else {
         return Ok(EXIT_OK);
     };
-    let opts = Options {
+    let opts = AuditOptions {
         overrides: args.geometry.overrides(),
         trust_kernel: args.geometry.trust_kernel,
         probe: args.probe,

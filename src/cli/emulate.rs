@@ -2,7 +2,7 @@
 
 use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use anyhow::Context;
-use blkalign::emulate::{self, Drive, EmulateError, Geometry, LbaRange, Spec};
+use blkalign::emulate::{self, EmulateError, EmulatedDrive, EmulatedGeometry, LbaRange, Spec};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -126,9 +126,11 @@ fn start(args: StartArgs) -> anyhow::Result<u8> {
 fn spec(args: StartArgs) -> anyhow::Result<Spec> {
     let base = match &args.preset {
         Some(name) => emulate::preset(name)?,
-        None => Geometry { logical: 512, physical: 512, alignment_offset: 0, latency_ms: 0 },
+        None => {
+            EmulatedGeometry { logical: 512, physical: 512, alignment_offset: 0, latency_ms: 0 }
+        }
     };
-    let mut geometry = Geometry {
+    let mut geometry = EmulatedGeometry {
         logical: args.logical.unwrap_or(base.logical),
         physical: args.physical.unwrap_or(base.physical),
         latency_ms: args.latency_ms,
@@ -137,7 +139,7 @@ fn spec(args: StartArgs) -> anyhow::Result<Spec> {
     if let Some(lba) = args.lowest_aligned {
         geometry = geometry.with_lowest_aligned(lba)?;
     }
-    let same_shape = Geometry { latency_ms: base.latency_ms, ..geometry } == base;
+    let same_shape = EmulatedGeometry { latency_ms: base.latency_ms, ..geometry } == base;
     let preset = match args.preset {
         Some(name) if same_shape => name,
         _ => "custom".to_string(),
@@ -198,7 +200,7 @@ struct Summary {
 }
 
 impl Summary {
-    fn of(drive: &Drive) -> Summary {
+    fn of(drive: &EmulatedDrive) -> Summary {
         let g = drive.geometry;
         Summary {
             id: drive.id.clone(),

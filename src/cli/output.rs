@@ -17,7 +17,7 @@
 //! Also the progress bars on stderr that long runs (`bench`, `probe`,
 //! `realign`) share: [`bar`], and [`with_progress`] for a [`Progress`].
 
-use blkalign::bench::{stats, Phase, Progress};
+use blkalign::bench::{stats, BenchPhase, Progress};
 use blkalign::report::table::{self, Column, Style, Units};
 use indicatif::{HumanDuration, ProgressBar};
 use std::io::IsTerminal;
@@ -205,12 +205,12 @@ fn watch(progress: &Progress, bar: &ProgressBar, stopped: &mpsc::Receiver<()>) {
     }
 }
 
-fn phase_label(phase: Phase) -> &'static str {
+fn phase_label(phase: BenchPhase) -> &'static str {
     match phase {
-        Phase::Backup => "backup read (untimed)",
-        Phase::Timed => "timing",
-        Phase::Locate => "probe: finding fast offsets",
-        Phase::Knee => "probe: finding the smallest fast size",
-        Phase::Sweep => "probe: sweeping the offsets",
+        BenchPhase::Backup => "backup read (untimed)",
+        BenchPhase::Timed => "timing",
+        BenchPhase::Locate => "probe: finding fast offsets",
+        BenchPhase::Knee => "probe: finding the smallest fast size",
+        BenchPhase::Sweep => "probe: sweeping the offsets",
     }
 }

@@ -8,7 +8,7 @@ use blkalign::commit::{self, Commit, Held, Kernel};
 use blkalign::device::kernel::KernelPart;
 use blkalign::device::{self, exclusive, SysRoot, Target};
 use blkalign::io::ReadAt;
-use blkalign::plan::{Plan, Planned, Role};
+use blkalign::plan::{Plan, PlannedPartition, Role};
 use blkalign::stack::Contents;
 use blkalign::table::write::{self, Ids};
 use blkalign::table::{PartKind, Partition};
@@ -68,7 +68,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if !args.force {
         refuse_lost(&target, &lost_contents(disk, &plan))?;
     }
-    let chunks = write::encode(&plan.table(&Ids::random(plan.partitions.len())?)?);
+    let chunks = write::encode_table(&plan.table(&Ids::random(plan.partitions.len())?)?);
     let old = commit::old_bytes(disk, &target.path, &chunks)?;
     if !args.wipe && old.iter().any(|bytes| bytes.iter().any(|&b| b != 0)) {
         bail!(
@@ -84,7 +84,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         Some(disk.file()),
         &args.plan.geometry.overrides(),
     )?;
-    let done = commit::commit(
+    let done = commit::commit_table(
         &root,
         &held,
         Commit {
@@ -185,7 +185,7 @@ fn existing_label(file: &dyn ReadAt, plan: &Plan) -> String {
 /// The planned partitions, for the kernel.
 fn planned_kernel_parts(plan: &Plan) -> Vec<KernelPart> {
     let ss = plan.sector_size;
-    let part = |p: &Planned| {
+    let part = |p: &PlannedPartition| {
         KernelPart::from_sectors(p.number, p.start, p.size, p.role == Role::Extended, ss)
     };
     plan.partitions.iter().filter_map(part).collect()
@@ -193,7 +193,7 @@ fn planned_kernel_parts(plan: &Plan) -> Vec<KernelPart> {
 
 fn label_text(plan: &Plan) -> &'static str {
     match plan.label {
-        blkalign::plan::Label::Gpt => "GPT",
-        blkalign::plan::Label::Mbr => "MBR",
+        blkalign::plan::NewLabel::Gpt => "GPT",
+        blkalign::plan::NewLabel::Mbr => "MBR",
     }
 }

@@ -5,8 +5,8 @@ use super::output::OutputArgs;
 use anyhow::{bail, Context};
 use blkalign::align::Geometry;
 use blkalign::device::{self, SysRoot, Target, TargetKind};
-use blkalign::plan::{self, Align, Label, Plan, Planned, Script};
-use blkalign::report::table::{self, Column, Kind, Units};
+use blkalign::plan::{self, Align, NewLabel, Plan, PlannedPartition, Script};
+use blkalign::report::table::{self, Column, ColumnKind, Units};
 use blkalign::report::{partition_name, PARTITION_NAME_ABOUT};
 use serde::Serialize;
 use std::io::Read;
@@ -76,9 +76,9 @@ pub struct Output<'a> {
 pub fn make(args: &Args, root: &SysRoot) -> anyhow::Result<(Target, Plan)> {
     let script = script(args)?;
     let label = match (args.label, script.label) {
-        (Some(LabelArg::Gpt), _) => Label::Gpt,
-        (Some(LabelArg::Mbr | LabelArg::Dos), _) => Label::Mbr,
-        (None, label) => label.unwrap_or(Label::Gpt),
+        (Some(LabelArg::Gpt), _) => NewLabel::Gpt,
+        (Some(LabelArg::Mbr | LabelArg::Dos), _) => NewLabel::Mbr,
+        (None, label) => label.unwrap_or(NewLabel::Gpt),
     };
     let path = args.target.as_deref().context("name the disk or image to plan")?;
     let target = device::resolve(root, path)?;
@@ -218,7 +218,7 @@ fn heading(target: &Target, plan: &Plan, units: Units) -> String {
 struct Row<'a> {
     target: &'a Target,
     plan: &'a Plan,
-    p: &'a Planned,
+    p: &'a PlannedPartition,
 }
 
 impl Row<'_> {
@@ -237,7 +237,7 @@ impl Row<'_> {
 
 /// The columns `plan` can print (`-o`).
 fn columns<'a>() -> Vec<Column<Row<'a>>> {
-    use Kind::{Number, Text};
+    use ColumnKind::{Number, Text};
     let column = Column::<Row<'a>>::new;
     vec![
         column("NAME", PARTITION_NAME_ABOUT, Text, |r, _| {

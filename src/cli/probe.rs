@@ -2,7 +2,7 @@
 
 use super::{EXIT_OK, EXIT_PROBLEM};
 use anyhow::Context;
-use blkalign::bench::{Phase, Progress};
+use blkalign::bench::{BenchPhase, Progress};
 use blkalign::device::{self, Overrides, SysRoot};
 use blkalign::probe::{probe_with, ProbeOptions};
 use blkalign::table;
@@ -73,7 +73,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         ),
     };
     let opts = ProbeOptions { seed: args.seed, sys: root.sys, within };
-    let progress = Progress::new(0, Phase::Locate);
+    let progress = Progress::new(0, BenchPhase::Locate);
     let result = super::output::with_progress(&progress, "writes", || {
         probe_with(file.file(), &opts, &progress)
     })

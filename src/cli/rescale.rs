@@ -60,7 +60,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
-    let opened = blkalign::open::open(&root, &args.target, &Default::default(), false)?;
+    let opened = blkalign::open::open_target(&root, &args.target, &Default::default(), false)?;
     let Opened { target, file, topology, .. } = opened;
     if let Some(n) = target.selected_partition {
         bail!("{} is partition {n}; name the whole disk", target.path.display());
@@ -72,7 +72,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     };
     let path = target.path.display().to_string();
     let size = topology.size_bytes;
-    let plan = rescale::plan(&file, size, args.from, to).with_context(|| path.clone())?;
+    let plan = rescale::plan_rescale(&file, size, args.from, to).with_context(|| path.clone())?;
     if args.json {
         print_json(&plan)?;
     } else {
@@ -119,12 +119,12 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     let disk = held.reader();
     // Planned again through the handle that writes: nothing may have
     // changed in between, and this is what is checked and written.
-    let plan = rescale::plan(disk, size, args.from, to).with_context(|| path.clone())?;
+    let plan = rescale::plan_rescale(disk, size, args.from, to).with_context(|| path.clone())?;
     let ss = match target.kind {
         TargetKind::Disk => topology.logical_sector_size.value,
         TargetKind::Image => to,
     };
-    let done = commit::commit(
+    let done = commit::commit_table(
         &root,
         &held,
         Commit {

@@ -93,7 +93,7 @@ pub fn check_unused(root: &SysRoot, target: &Target, asked: &[u32]) -> Result<()
 /// at boot, when the only other user of the disk is the journal's file
 /// system on a partition the move leaves alone (which also makes the
 /// disk refuse O_EXCL).
-pub fn check_partitions_unused(
+pub(crate) fn check_partitions_unused(
     root: &SysRoot,
     target: &Target,
     asked: &[u32],

@@ -23,7 +23,7 @@ impl KernelError {
     /// The device takes no partitions (EINVAL from BLKPG): device-mapper
     /// disks, on 6.1 in the kernel lab. A loop device attached without -P
     /// takes them all the same.
-    pub fn is_no_partitions(&self) -> bool {
+    pub(crate) fn is_no_partitions(&self) -> bool {
         self.source.raw_os_error() == Some(Errno::INVAL.raw_os_error())
     }
 }
@@ -53,7 +53,7 @@ impl KernelPart {
 }
 
 /// Telling the kernel about partitions that changed on the disk.
-pub trait PartTable {
+pub(crate) trait PartTable {
     /// Make the kernel's partition `part.number` match `part` (BLKPG delete+add or resize).
     fn update(&self, part: &KernelPart) -> Result<(), KernelError>;
 }
@@ -131,7 +131,7 @@ pub fn tell(root: &SysRoot, target: &Target, file: &File, parts: &[KernelPart]) 
 
 /// Ask the kernel to rescan the table (BLKRRPART), retrying while udev's
 /// probe holds a partition open. False when it stayed busy.
-pub fn rescan(file: &File, path: &Path) -> Result<bool, KernelError> {
+pub(crate) fn rescan(file: &File, path: &Path) -> Result<bool, KernelError> {
     const BLKRRPART: rustix::ioctl::Opcode = rustix::ioctl::opcode::none(0x12, 95);
     for _ in 0..5 {
         // SAFETY: BLKRRPART takes no argument.
@@ -148,7 +148,7 @@ pub fn rescan(file: &File, path: &Path) -> Result<bool, KernelError> {
 /// Tell the kernel partition by partition (BLKPG, as partx does): for a
 /// busy disk, or a kernel without a parser for the table. `old` are the
 /// numbers the kernel has now.
-pub fn update_partitions(
+pub(crate) fn update_partitions(
     file: &File,
     path: &Path,
     old: &[u32],

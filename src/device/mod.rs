@@ -130,7 +130,7 @@ impl Target {
     /// kpartx and sfdisk do (see [`mapper_partition`]); None for an image,
     /// which has none until attached. The kernel's name, not the path
     /// typed: by-id links have "-partN" siblings, not a digit appended.
-    pub fn partition_node(&self, number: u32) -> Option<std::path::PathBuf> {
+    pub(crate) fn partition_node(&self, number: u32) -> Option<std::path::PathBuf> {
         let name = self.name.as_deref().filter(|_| self.kind == TargetKind::Disk)?;
         if let Some(node) = mapper_partition(&self.path, number) {
             return Some(node);
@@ -140,7 +140,7 @@ impl Target {
 
     /// Whether it is a device-mapper device, named /dev/mapper/NAME: the
     /// kernel makes no partitions on one (kpartx maps them).
-    pub fn is_mapper(&self) -> bool {
+    pub(crate) fn is_mapper(&self) -> bool {
         self.kind == TargetKind::Disk && mapper_partition(&self.path, 1).is_some()
     }
 }
@@ -149,7 +149,10 @@ impl Target {
 /// (/dev/mapper/NAME) as sfdisk names it (fdisk_partname): NAMEn or NAMEpn
 /// where kpartx made that node, else NAME-partn (kpartx's udev rules).
 /// None when `mapper` is not in a directory called mapper.
-pub fn mapper_partition(mapper: &std::path::Path, number: u32) -> Option<std::path::PathBuf> {
+pub(crate) fn mapper_partition(
+    mapper: &std::path::Path,
+    number: u32,
+) -> Option<std::path::PathBuf> {
     let dir = mapper.parent().filter(|d| d.file_name().is_some_and(|n| n == "mapper"))?;
     let name = mapper.file_name()?.to_str()?;
     let candidates = [format!("{name}{number}"), format!("{name}p{number}")];
@@ -169,7 +172,7 @@ pub enum DeviceKind {
 }
 
 /// The kind of `target`, from its sysfs directory (`dm/`, `md/`).
-pub fn device_kind(root: &SysRoot, target: &Target) -> DeviceKind {
+pub(crate) fn device_kind(root: &SysRoot, target: &Target) -> DeviceKind {
     let dir = target.name.as_deref().map(|name| root.block(name));
     match (target.kind, dir) {
         (TargetKind::Image, _) => DeviceKind::Image,
@@ -202,10 +205,13 @@ pub mod vmimage;
 
 pub use error::DeviceError;
 pub use identity::{identity, Identity};
-pub use stack::{held, is_held, origins, Origin};
-pub use sysfs::{crypt_holder, kernel_partitions, node_path, KernelPartition, SysRoot};
-pub use target::{check_kind, list_disks, open, open_checked, open_path, reader, resolve};
-pub use topology::{topology, validate_overrides, SectorGuess, SectorGuesser};
+pub use stack::held;
+pub(crate) use stack::{is_held, origins, Origin};
+pub(crate) use sysfs::crypt_holder;
+pub use sysfs::{kernel_partitions, KernelPartition, SysRoot};
+pub(crate) use target::{check_kind, open_checked};
+pub use target::{list_disks, open, open_path, reader, resolve};
+pub use topology::{topology, validate_overrides, SectorGuess};
 
 #[cfg(test)]
 mod tests {

@@ -19,7 +19,7 @@ const fn af(pattern: &'static str, family: &'static str) -> Quirk {
     Quirk { pattern, family, physical: 4096 }
 }
 
-pub const QUIRKS: &[Quirk] = &[
+pub(crate) const QUIRKS: &[Quirk] = &[
     af("WDC WD*EARS*", "WD Caviar Green EARS"),
     af("WDC WD*EARX*", "WD Caviar Green EARX"),
     af("WDC WD*AARS*", "WD Caviar Green AARS"),
@@ -33,7 +33,7 @@ pub const QUIRKS: &[Quirk] = &[
 ];
 
 /// The quirk for a model string, if it belongs to a known family.
-pub fn quirk_for(model: &str) -> Option<&'static Quirk> {
+pub(crate) fn quirk_for(model: &str) -> Option<&'static Quirk> {
     let model = model.trim().as_bytes();
     QUIRKS.iter().find(|q| glob_match(q.pattern.as_bytes(), model))
 }

@@ -35,7 +35,7 @@ pub struct Origin {
 /// The ways block device `name` reaches whole disks; empty unless it has
 /// slaves. For a mirror every member is one; for a striped md array each
 /// member's data area start (whole chunks go there).
-pub fn origins(root: &SysRoot, name: &str) -> Vec<Origin> {
+pub(crate) fn origins(root: &SysRoot, name: &str) -> Vec<Origin> {
     kernel_origins(root, name).into_iter().map(|o| named(root, o)).collect()
 }
 
@@ -277,7 +277,7 @@ pub fn held(root: &SysRoot, disk: &str, number: Option<u32>) -> Vec<Origin> {
 
 /// Whether anything holds block device `name` (a kpartx mapping over a
 /// dm device, an LV on a PV...).
-pub fn is_held(root: &SysRoot, name: &str) -> bool {
+pub(crate) fn is_held(root: &SysRoot, name: &str) -> bool {
     !holders(&class_dir(root, name)).is_empty()
 }
 

@@ -53,7 +53,7 @@ impl SysRoot {
 /// /dev/mapper/NAME for a device-mapper device (its sysfs `dm/name`; LVM's
 /// /dev/VG/LV is a link to the same node), where that node exists; else
 /// /dev/NAME.
-pub fn node_path(root: &SysRoot, name: &str) -> PathBuf {
+pub(crate) fn node_path(root: &SysRoot, name: &str) -> PathBuf {
     read_text(&root.block(name).join("dm/name"))
         .map(|dm| root.dev.join("mapper").join(dm))
         .filter(|mapper| mapper.exists())
@@ -81,7 +81,7 @@ pub fn kernel_partitions(root: &SysRoot, name: &str) -> Vec<KernelPartition> {
 /// the partition's sysfs `holders/` (a dm device whose uuid starts with
 /// "CRYPT-"): its node (/dev/mapper/NAME) and size in bytes. What it holds can only be read
 /// through it.
-pub fn crypt_holder(root: &SysRoot, name: &str, number: u32) -> Option<(PathBuf, u64)> {
+pub(crate) fn crypt_holder(root: &SysRoot, name: &str, number: u32) -> Option<(PathBuf, u64)> {
     let part = partition_dirs(&root.block(name))
         .into_iter()
         .find(|dir| partition_number(dir) == Some(number))?;

@@ -77,7 +77,7 @@ pub fn resolve(root: &SysRoot, path: &Path) -> Result<Target, DeviceError> {
 /// or a regular file: opening a FIFO blocks until a writer comes, and
 /// opening a character device can act on it (a tape rewinds, a watchdog
 /// starts).
-pub fn check_kind(path: &Path) -> Result<fs::Metadata, DeviceError> {
+pub(crate) fn check_kind(path: &Path) -> Result<fs::Metadata, DeviceError> {
     let meta = fs::metadata(path).map_err(|e| DeviceError::from_io(path, e))?;
     usable(path, &meta)?;
     Ok(meta)
@@ -182,7 +182,7 @@ pub fn reader(file: File, path: &Path) -> Result<DirectReader, DeviceError> {
 /// Open a block device or regular file with `flags`, checked before (see
 /// [`check_kind`]) and after, in case another file took its name between:
 /// open itself never blocks (O_NONBLOCK) nor makes a terminal ours.
-pub fn open_checked(path: &Path, flags: OFlags) -> Result<File, DeviceError> {
+pub(crate) fn open_checked(path: &Path, flags: OFlags) -> Result<File, DeviceError> {
     check_kind(path)?;
     let io = |e: std::io::Error| DeviceError::from_io(path, e);
     let fd = rustix::fs::open(path, flags | OFlags::NONBLOCK | OFlags::NOCTTY, Mode::empty())

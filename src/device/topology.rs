@@ -27,7 +27,7 @@ pub enum SectorGuess {
 /// Reads an image's table for its sector size: `device` cannot read tables
 /// (they are a layer above), so the caller passes the reader
 /// (`open::topology` passes `table::detect_sector_size`).
-pub type SectorGuesser<'a> = &'a dyn Fn(&File, u64) -> SectorGuess;
+pub(crate) type SectorGuesser<'a> = &'a dyn Fn(&File, u64) -> SectorGuess;
 
 /// Topology of `target`. `file` is the opened device or image when it could
 /// be opened; ioctls are used only when it is a block device.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// An image format QEMU reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Format {
+pub enum ImageFormat {
     /// `encryption` names its encryption ("AES", "LUKS") when it has one.
     Qcow2 {
         encryption: Option<&'static str>,
@@ -26,23 +26,23 @@ pub enum Format {
     Vdi,
 }
 
-impl Format {
+impl ImageFormat {
     /// As users and qemu-img name it.
     pub fn name(&self) -> &'static str {
         match self {
-            Format::Qcow2 { .. } => "qcow2",
-            Format::Qed => "qed",
-            Format::Vmdk => "vmdk",
-            Format::Vhd => "vhd",
-            Format::Vhdx => "vhdx",
-            Format::Vdi => "vdi",
+            ImageFormat::Qcow2 { .. } => "qcow2",
+            ImageFormat::Qed => "qed",
+            ImageFormat::Vmdk => "vmdk",
+            ImageFormat::Vhd => "vhd",
+            ImageFormat::Vhdx => "vhdx",
+            ImageFormat::Vdi => "vdi",
         }
     }
 
     /// QEMU's block driver for it.
     fn driver(&self) -> &'static str {
         match self {
-            Format::Vhd => "vpc",
+            ImageFormat::Vhd => "vpc",
             other => other.name(),
         }
     }
@@ -50,7 +50,7 @@ impl Format {
 
 /// The format of the image file `file` of `len` bytes, by its header (or
 /// a VHD's footer); None for a raw image.
-pub fn detect(file: &File, len: u64) -> Option<Format> {
+pub fn detect(file: &File, len: u64) -> Option<ImageFormat> {
     let mut head = [0u8; 512];
     let got = file.read_at(&mut head, 0).ok()?;
     let head = &head[..got];
@@ -63,36 +63,36 @@ pub fn detect(file: &File, len: u64) -> Option<Format> {
             Some(2) => Some("LUKS"),
             Some(_) => Some("an unknown method"),
         };
-        return Some(Format::Qcow2 { encryption });
+        return Some(ImageFormat::Qcow2 { encryption });
     }
     if head.starts_with(b"QED\0") {
-        return Some(Format::Qed);
+        return Some(ImageFormat::Qed);
     }
     if head.starts_with(b"KDMV") || head.starts_with(b"# Disk DescriptorFile") {
-        return Some(Format::Vmdk);
+        return Some(ImageFormat::Vmdk);
     }
     if head.starts_with(b"vhdxfile") {
-        return Some(Format::Vhdx);
+        return Some(ImageFormat::Vhdx);
     }
     if le32(64) == Some(0xbeda_107f) {
-        return Some(Format::Vdi);
+        return Some(ImageFormat::Vdi);
     }
     // A dynamic VHD starts with a copy of its footer; a fixed one has it
     // only in its last sector.
     if head.starts_with(b"conectix") {
-        return Some(Format::Vhd);
+        return Some(ImageFormat::Vhd);
     }
     let mut tail = [0u8; 8];
     let at = len.checked_sub(512)?;
     file.read_exact_at(&mut tail, at).ok()?;
-    (&tail == b"conectix").then_some(Format::Vhd)
+    (&tail == b"conectix").then_some(ImageFormat::Vhd)
 }
 
 /// Why an image could not be exported.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     #[error("{}: an encrypted {} image ({encryption}): blkalign cannot read it without its key", path.display(), format.name())]
-    Encrypted { path: PathBuf, format: Format, encryption: &'static str },
+    Encrypted { path: PathBuf, format: ImageFormat, encryption: &'static str },
     #[error("reading a {format} image needs qemu-storage-daemon (Debian: qemu-system-common; or `qemu-img convert -O raw` it first)")]
     Missing { format: &'static str },
     #[error("{}: qemu-storage-daemon could not open it as {format}: {detail}", path.display())]
@@ -103,7 +103,7 @@ pub enum ExportError {
 
 /// How an export may use its image.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub(crate) enum Access {
     /// Read-only; a running VM's lock makes the export fail, naming it.
     Read,
     /// Read-only past a running VM's lock (a running guest audited on
@@ -117,7 +117,7 @@ pub enum Access {
 
 /// The guest's virtual disk of a VM image as a file, for as long as this
 /// lives: qemu-storage-daemon serving it on a FUSE mount over `file`.
-pub struct Export {
+pub(crate) struct Export {
     file: PathBuf,
     child: Option<std::process::Child>,
     /// Holds the mount point; removed after the daemon is gone.
@@ -127,8 +127,12 @@ pub struct Export {
 impl Export {
     /// Export `image` in `format` for `access`. A running VM's lock on the
     /// image makes this fail, naming the VM, unless reading shared.
-    pub fn start(image: &Path, format: &Format, access: Access) -> Result<Export, ExportError> {
-        if let Format::Qcow2 { encryption: Some(encryption) } = format {
+    pub fn start(
+        image: &Path,
+        format: &ImageFormat,
+        access: Access,
+    ) -> Result<Export, ExportError> {
+        if let ImageFormat::Qcow2 { encryption: Some(encryption) } = format {
             let (path, format) = (image.to_path_buf(), format.clone());
             return Err(ExportError::Encrypted { path, format, encryption });
         }
@@ -204,7 +208,12 @@ impl Export {
 /// qemu-storage-daemon's arguments: the image through its format driver
 /// (backing files as its header names them, read-only), exported over FUSE
 /// at `mountpoint`.
-fn daemon_args(image: &Path, format: &Format, access: Access, mountpoint: &Path) -> Vec<String> {
+fn daemon_args(
+    image: &Path,
+    format: &ImageFormat,
+    access: Access,
+    mountpoint: &Path,
+) -> Vec<String> {
     let (read_only, share, write) = match access {
         Access::Read => (true, false, false),
         Access::ReadShared => (true, true, false),
@@ -276,25 +285,28 @@ mod tests {
     fn formats_by_header() {
         let mut qcow2 = b"QFI\xfb\0\0\0\x03".to_vec();
         qcow2.resize(36, 0);
-        assert_eq!(detect(&image(&qcow2, 0, 4096), 4096), Some(Format::Qcow2 { encryption: None }));
+        assert_eq!(
+            detect(&image(&qcow2, 0, 4096), 4096),
+            Some(ImageFormat::Qcow2 { encryption: None })
+        );
         qcow2[35] = 2;
-        let luks = Format::Qcow2 { encryption: Some("LUKS") };
+        let luks = ImageFormat::Qcow2 { encryption: Some("LUKS") };
         assert_eq!(detect(&image(&qcow2, 0, 4096), 4096), Some(luks));
-        assert_eq!(detect(&image(b"KDMV", 0, 4096), 4096), Some(Format::Vmdk));
+        assert_eq!(detect(&image(b"KDMV", 0, 4096), 4096), Some(ImageFormat::Vmdk));
         let descriptor = b"# Disk DescriptorFile\nversion=1\n";
-        assert_eq!(detect(&image(descriptor, 0, 512), 512), Some(Format::Vmdk));
-        assert_eq!(detect(&image(b"vhdxfile", 0, 4096), 4096), Some(Format::Vhdx));
-        assert_eq!(detect(&image(b"QED\0", 0, 4096), 4096), Some(Format::Qed));
+        assert_eq!(detect(&image(descriptor, 0, 512), 512), Some(ImageFormat::Vmdk));
+        assert_eq!(detect(&image(b"vhdxfile", 0, 4096), 4096), Some(ImageFormat::Vhdx));
+        assert_eq!(detect(&image(b"QED\0", 0, 4096), 4096), Some(ImageFormat::Qed));
         assert_eq!(
             detect(&image(&0xbeda_107fu32.to_le_bytes(), 64, 4096), 4096),
-            Some(Format::Vdi)
+            Some(ImageFormat::Vdi)
         );
         // A fixed VHD: raw data, then the footer in the last sector.
         assert_eq!(
             detect(&image(b"conectix", 1 << 20, (1 << 20) + 512), (1 << 20) + 512),
-            Some(Format::Vhd)
+            Some(ImageFormat::Vhd)
         );
-        assert_eq!(detect(&image(b"conectix", 0, 4096), 4096), Some(Format::Vhd));
+        assert_eq!(detect(&image(b"conectix", 0, 4096), 4096), Some(ImageFormat::Vhd));
     }
 
     #[test]
@@ -311,7 +323,7 @@ mod tests {
     fn names_are_escaped_by_json_not_by_commas() {
         let image = Path::new("/vm/a,b \"c\".qcow2");
         let mount = Path::new("/t/disk");
-        let args = daemon_args(image, &Format::Vhd, Access::ReadShared, mount);
+        let args = daemon_args(image, &ImageFormat::Vhd, Access::ReadShared, mount);
         let file: serde_json::Value = serde_json::from_str(&args[1]).unwrap();
         assert_eq!(file["filename"], "/vm/a,b \"c\".qcow2");
         assert_eq!((&file["read-only"], &file["force-share"]), (&true.into(), &true.into()));
@@ -319,7 +331,7 @@ mod tests {
         assert_eq!(disk["driver"], "vpc");
         let export: serde_json::Value = serde_json::from_str(&args[5]).unwrap();
         assert_eq!(export["writable"], false);
-        let args = daemon_args(image, &Format::Vdi, Access::Write, mount);
+        let args = daemon_args(image, &ImageFormat::Vdi, Access::Write, mount);
         let disk: serde_json::Value = serde_json::from_str(&args[3]).unwrap();
         assert_eq!((&disk["read-only"], &disk["force-share"]), (&false.into(), &false.into()));
         assert_eq!(disk["detect-zeroes"], "unmap");

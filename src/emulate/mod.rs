@@ -17,9 +17,9 @@ mod stack;
 pub use stack::which;
 mod state;
 
-pub use preset::{preset, Geometry, Preset, DEFAULT_LATENCY_MS, PRESETS};
-pub use stack::{healthy, power_cut, start, stop, stop_all, StopAll};
-pub use state::{list, state_dir, Drive};
+pub use preset::{preset, EmulatedGeometry, DEFAULT_LATENCY_MS};
+pub use stack::{healthy, power_cut, start, stop, stop_all};
+pub use state::{list, state_dir, EmulatedDrive};
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -29,7 +29,7 @@ use std::path::PathBuf;
 pub struct Spec {
     /// The preset's name, or "custom".
     pub preset: String,
-    pub geometry: Geometry,
+    pub geometry: EmulatedGeometry,
     /// Bytes the host sees; None: the existing file's size, else 1 GiB.
     pub size: Option<u64>,
     /// Keep the platter in this file instead of memory.
@@ -43,7 +43,7 @@ pub struct Spec {
 }
 
 /// Size of a drive when neither `--size` nor an existing file says.
-pub const DEFAULT_SIZE: u64 = 1 << 30;
+pub(crate) const DEFAULT_SIZE: u64 = 1 << 30;
 
 /// An inclusive range of logical sectors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,4 +1,4 @@
-//! Drive geometries: the named presets and the rules any custom one obeys.
+//! EmulatedDrive geometries: the named presets and the rules any custom one obeys.
 
 use super::EmulateError;
 use serde::{Deserialize, Serialize};
@@ -9,7 +9,7 @@ pub const DEFAULT_LATENCY_MS: u32 = 1;
 
 /// The true geometry of an emulated drive (not what the kernel reports).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Geometry {
+pub struct EmulatedGeometry {
     /// Bytes per LBA, as the host addresses the drive.
     pub logical: u32,
     /// Bytes the platter reads and writes at once.
@@ -21,15 +21,15 @@ pub struct Geometry {
     pub latency_ms: u32,
 }
 
-impl Geometry {
-    const fn new(logical: u32, physical: u32, alignment_offset: u32) -> Geometry {
-        Geometry { logical, physical, alignment_offset, latency_ms: DEFAULT_LATENCY_MS }
+impl EmulatedGeometry {
+    const fn new(logical: u32, physical: u32, alignment_offset: u32) -> EmulatedGeometry {
+        EmulatedGeometry { logical, physical, alignment_offset, latency_ms: DEFAULT_LATENCY_MS }
     }
 
     /// Checks what loop devices and nbdkit's blocksize filter accept.
-    pub fn validate(&self) -> Result<(), EmulateError> {
+    pub(crate) fn validate(&self) -> Result<(), EmulateError> {
         let bad = |why: String| Err(EmulateError::Geometry(why));
-        let Geometry { logical, physical, alignment_offset, .. } = *self;
+        let EmulatedGeometry { logical, physical, alignment_offset, .. } = *self;
         if !logical.is_power_of_two() || !(512..=4096).contains(&logical) {
             return bad(format!("logical sector size {logical} is not 512, 1024, 2048 or 4096"));
         }
@@ -55,47 +55,46 @@ impl Geometry {
     /// Sets the alignment from the lowest aligned LBA, as `--lowest-aligned`
     /// and hdparm/smartctl express it. The sector sizes are checked first
     /// (a physical size of 0 has no alignment); the result is not, so a
-    /// later [`Geometry::validate`] still judges the whole geometry.
-    pub fn with_lowest_aligned(self, lba: u32) -> Result<Geometry, EmulateError> {
-        Geometry { alignment_offset: 0, ..self }.validate()?;
+    /// later [`EmulatedGeometry::validate`] still judges the whole geometry.
+    pub fn with_lowest_aligned(self, lba: u32) -> Result<EmulatedGeometry, EmulateError> {
+        EmulatedGeometry { alignment_offset: 0, ..self }.validate()?;
         let offset = u64::from(lba) * u64::from(self.logical) % u64::from(self.physical);
         // Below `physical` (u32), so it fits.
-        Ok(Geometry { alignment_offset: offset as u32, ..self })
+        Ok(EmulatedGeometry { alignment_offset: offset as u32, ..self })
     }
 }
 
-/// A named geometry and the real drive it stands for.
-pub struct Preset {
+/// A named geometry (each commented with the real drive it stands for).
+pub(crate) struct Preset {
     pub name: &'static str,
-    pub drive: &'static str,
-    pub geometry: Geometry,
+    pub geometry: EmulatedGeometry,
 }
 
-pub const PRESETS: &[Preset] = &[
+pub(crate) const PRESETS: &[Preset] = &[
     Preset {
         name: "wd-ears",
-        drive: "WD Caviar Green WD10EARS/WD20EARS: 4 KiB sectors reported as 512 bytes",
-        geometry: Geometry::new(512, 4096, 0),
+        // WD Caviar Green WD10EARS/WD20EARS: 4 KiB sectors reported as 512 bytes
+        geometry: EmulatedGeometry::new(512, 4096, 0),
     },
     Preset {
         name: "wd-ears-jumper",
-        drive: "WD EARS with the Windows XP jumper (pins 7-8): LBA n stored at n + 1",
-        geometry: Geometry::new(512, 4096, 3584),
+        // WD EARS with the Windows XP jumper (pins 7-8): LBA n stored at n + 1
+        geometry: EmulatedGeometry::new(512, 4096, 3584),
     },
     Preset {
         name: "4kn",
-        drive: "4K native drive (e.g. WD Red Plus 4Kn, HGST Ultrastar 4Kn): 4096/4096",
-        geometry: Geometry::new(4096, 4096, 0),
+        // 4K native drive (e.g. WD Red Plus 4Kn, HGST Ultrastar 4Kn): 4096/4096
+        geometry: EmulatedGeometry::new(4096, 4096, 0),
     },
     Preset {
         name: "native-512",
-        drive: "a 512-byte native drive (pre-2010 disks): no penalty at any offset",
-        geometry: Geometry::new(512, 512, 0),
+        // a 512-byte native drive (pre-2010 disks): no penalty at any offset
+        geometry: EmulatedGeometry::new(512, 512, 0),
     },
 ];
 
 /// The geometry of a named preset.
-pub fn preset(name: &str) -> Result<Geometry, EmulateError> {
+pub fn preset(name: &str) -> Result<EmulatedGeometry, EmulateError> {
     PRESETS
         .iter()
         .find(|p| p.name == name)
@@ -123,13 +122,14 @@ mod tests {
     #[test]
     fn lowest_aligned_with_bad_sector_sizes_is_an_error_not_a_panic() {
         for (logical, physical) in [(512, 0), (0, 4096), (4096, 512), (512, 3000)] {
-            let err = Geometry::new(logical, physical, 0).with_lowest_aligned(1).unwrap_err();
+            let err =
+                EmulatedGeometry::new(logical, physical, 0).with_lowest_aligned(1).unwrap_err();
             assert!(matches!(err, EmulateError::Geometry(_)), "{logical}/{physical}: {err}");
         }
         // A preset's offset that the new sector size would make invalid is
         // replaced, not judged.
         let g = preset("wd-ears-jumper").unwrap();
-        let g = Geometry { physical: 512, ..g }.with_lowest_aligned(0).unwrap();
+        let g = EmulatedGeometry { physical: 512, ..g }.with_lowest_aligned(0).unwrap();
         assert_eq!(g.alignment_offset, 0);
         g.validate().unwrap();
     }
@@ -139,9 +139,9 @@ mod tests {
         for p in PRESETS {
             p.geometry.validate().unwrap();
         }
-        assert!(Geometry::new(512, 3000, 0).validate().is_err());
-        assert!(Geometry::new(4096, 512, 0).validate().is_err());
-        assert!(Geometry::new(512, 4096, 100).validate().is_err());
-        assert!(Geometry::new(512, 16384, 1024).validate().is_ok());
+        assert!(EmulatedGeometry::new(512, 3000, 0).validate().is_err());
+        assert!(EmulatedGeometry::new(4096, 512, 0).validate().is_err());
+        assert!(EmulatedGeometry::new(512, 4096, 100).validate().is_err());
+        assert!(EmulatedGeometry::new(512, 16384, 1024).validate().is_ok());
     }
 }

@@ -4,7 +4,7 @@
 //! outlive the `blkalign emulate start` that made them; their pids and the
 //! loop device go into the drive's record as soon as they are known.
 
-use super::state::{self, Drive};
+use super::state::{self, EmulatedDrive};
 use super::{EmulateError, LbaRange, Spec, DEFAULT_SIZE};
 use crate::device::exclusive::{canonical, is_mount_point, user_of_dir};
 use crate::device::sysfs::read_text;
@@ -30,7 +30,7 @@ const TOOLS: &[(&str, &str)] = &[
 ];
 
 /// Starts a drive; on failure nothing of it is left behind.
-pub fn start(spec: &Spec) -> Result<Drive, EmulateError> {
+pub fn start(spec: &Spec) -> Result<EmulatedDrive, EmulateError> {
     spec.geometry.validate()?;
     preflight()?;
     // nbdkit runs from / once daemonised, and the record must work anywhere.
@@ -108,7 +108,7 @@ pub fn stop_all() -> Result<StopAll, EmulateError> {
 /// mounted, held (LVM, MD, dm-crypt) or open exclusively. A loop device
 /// that no longer serves the drive is someone else's and not looked at;
 /// the stack itself (nbdfuse, nbdkit) never opens the loop device.
-fn check_unused(drive: &Drive) -> Result<(), EmulateError> {
+fn check_unused(drive: &EmulatedDrive) -> Result<(), EmulateError> {
     let Some(device) = drive.device.as_ref().filter(|d| serves(d, drive)) else {
         return Ok(());
     };
@@ -174,7 +174,7 @@ fn drive_size(spec: &Spec) -> Result<u64, EmulateError> {
 
 /// The emulated platter holds the shifted host data, in whole sectors;
 /// nbdkit takes sizes as signed 64-bit numbers.
-fn platter_size(size: u64, g: &super::Geometry) -> Result<u64, EmulateError> {
+fn platter_size(size: u64, g: &super::EmulatedGeometry) -> Result<u64, EmulateError> {
     let physical = u64::from(g.physical);
     let platter = size
         .checked_add(g.shift())
@@ -195,7 +195,7 @@ fn platter_size(size: u64, g: &super::Geometry) -> Result<u64, EmulateError> {
 /// within the `size` bytes the host sees.
 fn failing_bytes(
     range: LbaRange,
-    g: &super::Geometry,
+    g: &super::EmulatedGeometry,
     size: u64,
 ) -> Result<(u64, u64), EmulateError> {
     let logical = u64::from(g.logical);
@@ -214,7 +214,7 @@ fn failing_bytes(
     }
 }
 
-fn bring_up(drive: &mut Drive) -> Result<(), EmulateError> {
+fn bring_up(drive: &mut EmulatedDrive) -> Result<(), EmulateError> {
     let mount = drive.mount_dir();
     fs::create_dir_all(&mount)
         .map_err(EmulateError::io(format!("creating {}", mount.display())))?;
@@ -233,7 +233,7 @@ fn bring_up(drive: &mut Drive) -> Result<(), EmulateError> {
 }
 
 /// Creates or grows a file-backed platter to its full size (sparse).
-fn prepare_platter(drive: &Drive) -> Result<(), EmulateError> {
+fn prepare_platter(drive: &EmulatedDrive) -> Result<(), EmulateError> {
     let Some(path) = platter_file(drive) else {
         return Ok(());
     };
@@ -253,7 +253,7 @@ fn prepare_platter(drive: &Drive) -> Result<(), EmulateError> {
 }
 
 /// The file holding the platter, or None when it lives in nbdkit's memory.
-fn platter_file(drive: &Drive) -> Option<PathBuf> {
+fn platter_file(drive: &EmulatedDrive) -> Option<PathBuf> {
     match (&drive.file, drive.fail_lba) {
         (Some(file), _) => Some(file.clone()),
         (None, Some(_)) => Some(drive.scratch_file()),
@@ -265,7 +265,7 @@ fn platter_file(drive: &Drive) -> Option<PathBuf> {
 /// are nearest the host: LBA shift, then the volatile cache, then
 /// read-modify-write of partial physical sectors, then the latency of
 /// each platter access.
-fn nbdkit_command(drive: &Drive) -> Result<Vec<String>, EmulateError> {
+fn nbdkit_command(drive: &EmulatedDrive) -> Result<Vec<String>, EmulateError> {
     let g = &drive.geometry;
     let (mut filters, mut params) = (Vec::new(), Vec::new());
     let shift = g.shift();
@@ -295,7 +295,7 @@ fn nbdkit_command(drive: &Drive) -> Result<Vec<String>, EmulateError> {
 /// The plugin and its arguments. A failing LBA range needs the eval
 /// plugin: nbdkit's error filter can only fail requests at random, and
 /// its ddrescue filter makes the whole drive read-only.
-fn plugin(drive: &Drive) -> Result<Vec<String>, EmulateError> {
+fn plugin(drive: &EmulatedDrive) -> Result<Vec<String>, EmulateError> {
     let g = &drive.geometry;
     Ok(match (platter_file(drive), drive.fail_lba) {
         (Some(file), Some(range)) => {
@@ -359,18 +359,18 @@ fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-fn log_file(drive: &Drive, name: &str) -> Result<fs::File, EmulateError> {
+fn log_file(drive: &EmulatedDrive, name: &str) -> Result<fs::File, EmulateError> {
     let path = drive.dir.join(name);
     fs::File::create(&path).map_err(EmulateError::io(format!("creating {}", path.display())))
 }
 
-fn log_text(drive: &Drive, name: &str) -> String {
+fn log_text(drive: &EmulatedDrive, name: &str) -> String {
     fs::read_to_string(drive.dir.join(name)).unwrap_or_default().trim().to_string()
 }
 
 /// Runs nbdkit, which forks into the background once its socket is bound
 /// and writes its pidfile; returns the daemon's pid.
-fn run_nbdkit(drive: &Drive) -> Result<i32, EmulateError> {
+fn run_nbdkit(drive: &EmulatedDrive) -> Result<i32, EmulateError> {
     let pidfile = drive.dir.join("nbdkit.pid");
     let status = Command::new("nbdkit")
         .arg("-U")
@@ -392,7 +392,7 @@ fn run_nbdkit(drive: &Drive) -> Result<i32, EmulateError> {
 
 /// Runs nbdfuse in its own process group (so a Ctrl-C aimed at our caller
 /// spares it) and waits until its file has the drive's size.
-fn run_nbdfuse(drive: &Drive) -> Result<i32, EmulateError> {
+fn run_nbdfuse(drive: &EmulatedDrive) -> Result<i32, EmulateError> {
     let pidfile = drive.dir.join("nbdfuse.pid");
     let mut child = Command::new("nbdfuse")
         .arg("-P")
@@ -419,7 +419,7 @@ fn run_nbdfuse(drive: &Drive) -> Result<i32, EmulateError> {
 
 /// `losetup -f` can lose a race for the free device to a concurrent
 /// caller; it then fails and we try again.
-fn attach_loop(drive: &Drive) -> Result<PathBuf, EmulateError> {
+fn attach_loop(drive: &EmulatedDrive) -> Result<PathBuf, EmulateError> {
     let block = drive.geometry.logical.to_string();
     let file = drive.fuse_file();
     let mut tries = 0;
@@ -480,7 +480,7 @@ enum Cut {
 /// Takes the stack down from whatever state it is in. Every step runs even
 /// if one fails; the record is only removed when all succeeded, so a
 /// later `stop` can retry.
-fn teardown(drive: &Drive, cut: Cut) -> Result<(), EmulateError> {
+fn teardown(drive: &EmulatedDrive, cut: Cut) -> Result<(), EmulateError> {
     let mut first_error = None;
     let mut step = |result: Result<(), EmulateError>| {
         if let Err(err) = result {
@@ -506,18 +506,18 @@ fn teardown(drive: &Drive, cut: Cut) -> Result<(), EmulateError> {
 }
 
 /// The path the kernel shows as the loop device's backing file.
-fn loop_backing(drive: &Drive) -> PathBuf {
+fn loop_backing(drive: &EmulatedDrive) -> PathBuf {
     canonical(&drive.mount_dir()).join("disk")
 }
 
 /// True when nbdkit runs and the loop device still serves the drive.
-pub fn healthy(drive: &Drive) -> bool {
+pub fn healthy(drive: &EmulatedDrive) -> bool {
     drive.nbdkit_pid.is_some_and(|pid| is_running(pid, "nbdkit"))
         && drive.device.as_ref().is_some_and(|device| serves(device, drive))
 }
 
 /// Whether loop `device` is (still) attached to the drive's FUSE file.
-fn serves(device: &Path, drive: &Drive) -> bool {
+fn serves(device: &Path, drive: &EmulatedDrive) -> bool {
     loop_backing_file(device).is_some_and(|file| file == loop_backing(drive))
 }
 
@@ -621,8 +621,8 @@ mod tests {
     use super::*;
     use crate::emulate::preset;
 
-    fn drive(preset_name: &str, volatile_cache: bool) -> Drive {
-        Drive {
+    fn drive(preset_name: &str, volatile_cache: bool) -> EmulatedDrive {
+        EmulatedDrive {
             id: "t".into(),
             preset: preset_name.into(),
             geometry: preset(preset_name).unwrap(),

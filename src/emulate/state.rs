@@ -1,7 +1,7 @@
 //! The record of each drive: `STATE/ID.json` plus a working directory
 //! `STATE/ID/` holding the socket, pidfiles, logs and the FUSE mount.
 
-use super::{EmulateError, Geometry, LbaRange, Spec};
+use super::{EmulateError, EmulatedGeometry, LbaRange, Spec};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::ErrorKind;
@@ -20,10 +20,10 @@ pub fn state_dir() -> PathBuf {
 /// One emulated drive. Fields past `fail_lba` are filled in as the stack
 /// comes up and saved at each step, so a half-started drive can be stopped.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Drive {
+pub struct EmulatedDrive {
     pub id: String,
     pub preset: String,
-    pub geometry: Geometry,
+    pub geometry: EmulatedGeometry,
     /// Bytes the host sees.
     pub size: u64,
     pub file: Option<PathBuf>,
@@ -43,28 +43,28 @@ pub struct Drive {
     pub reported_physical_sector_size: Option<u32>,
 }
 
-impl Drive {
+impl EmulatedDrive {
     pub fn socket(&self) -> PathBuf {
         self.dir.join("nbd.sock")
     }
 
-    pub fn mount_dir(&self) -> PathBuf {
+    pub(crate) fn mount_dir(&self) -> PathBuf {
         self.dir.join("mnt")
     }
 
     /// The file nbdfuse serves and the loop device is attached to.
-    pub fn fuse_file(&self) -> PathBuf {
+    pub(crate) fn fuse_file(&self) -> PathBuf {
         self.mount_dir().join("disk")
     }
 
     /// The platter when it is neither in memory nor in the user's file.
     /// The pending sectors written since the drive started (platter byte
     /// offsets, one a line), which read again.
-    pub fn remapped_file(&self) -> PathBuf {
+    pub(crate) fn remapped_file(&self) -> PathBuf {
         self.dir.join("remapped")
     }
 
-    pub fn scratch_file(&self) -> PathBuf {
+    pub(crate) fn scratch_file(&self) -> PathBuf {
         self.dir.join("platter.img")
     }
 
@@ -85,7 +85,7 @@ impl Drive {
 
     /// Deletes the working directory, then the record. Both paths come from
     /// the state directory and the id, never from the record's `dir`.
-    pub fn forget(&self) -> Result<(), EmulateError> {
+    pub(crate) fn forget(&self) -> Result<(), EmulateError> {
         remove(&work_dir(&state_dir(), &self.id), |p| fs::remove_dir_all(p))?;
         remove(&self.record(), |p| fs::remove_file(p))
     }
@@ -111,7 +111,7 @@ fn work_dir(root: &Path, id: &str) -> PathBuf {
 
 /// Claims a fresh id (creating its record is the lock, so concurrent
 /// starts never share one) and saves the first record.
-pub fn create(spec: &Spec, size: u64) -> Result<Drive, EmulateError> {
+pub fn create(spec: &Spec, size: u64) -> Result<EmulatedDrive, EmulateError> {
     let root = state_dir();
     fs::create_dir_all(&root).map_err(EmulateError::io(format!("creating {}", root.display())))?;
     let base = format!("emu{}", std::process::id());
@@ -119,7 +119,7 @@ pub fn create(spec: &Spec, size: u64) -> Result<Drive, EmulateError> {
         .map(|n| if n == 0 { base.clone() } else { format!("{base}-{n}") })
         .find_map(|id| claim(&root, &id).transpose())
         .unwrap_or_else(|| unreachable!("ids are endless"))?;
-    let drive = Drive {
+    let drive = EmulatedDrive {
         dir: work_dir(&root, &id),
         id,
         preset: spec.preset.clone(),
@@ -152,11 +152,11 @@ fn claim(root: &Path, id: &str) -> Result<Option<String>, EmulateError> {
 /// The drive recorded as `id`. Its id and working directory are those of
 /// the record's name, not what the file says: a stop removes that
 /// directory, so a tampered or stale `dir` must not point anywhere else.
-pub fn load(id: &str) -> Result<Drive, EmulateError> {
+pub fn load(id: &str) -> Result<EmulatedDrive, EmulateError> {
     load_in(&state_dir(), id)
 }
 
-fn load_in(root: &Path, id: &str) -> Result<Drive, EmulateError> {
+fn load_in(root: &Path, id: &str) -> Result<EmulatedDrive, EmulateError> {
     if id.is_empty() || id.contains(['/', '.']) {
         return Err(EmulateError::NoSuchDrive(id.to_string()));
     }
@@ -167,14 +167,14 @@ fn load_in(root: &Path, id: &str) -> Result<Drive, EmulateError> {
         }
         other => other.map_err(EmulateError::io(format!("reading {}", path.display())))?,
     };
-    let drive: Drive =
+    let drive: EmulatedDrive =
         serde_json::from_str(&text).map_err(|source| EmulateError::Record { path, source })?;
-    Ok(Drive { id: id.to_string(), dir: work_dir(root, id), ..drive })
+    Ok(EmulatedDrive { id: id.to_string(), dir: work_dir(root, id), ..drive })
 }
 
 /// Every recorded drive, by id. Records being written right now (empty)
 /// are skipped.
-pub fn list() -> Result<Vec<Drive>, EmulateError> {
+pub fn list() -> Result<Vec<EmulatedDrive>, EmulateError> {
     Ok(ids()?.iter().filter_map(|id| load(id).ok()).collect())
 }
 
@@ -194,7 +194,7 @@ pub fn ids() -> Result<Vec<String>, EmulateError> {
 }
 
 /// Working directories whose record is gone (a crash between the two).
-pub fn orphan_dirs() -> Vec<PathBuf> {
+pub(crate) fn orphan_dirs() -> Vec<PathBuf> {
     let root = state_dir();
     let Ok(entries) = fs::read_dir(&root) else {
         return Vec::new();

@@ -1,6 +1,6 @@
 //! Why a request cannot be laid out.
 
-use super::request::Label;
+use super::request::NewLabel;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum PlanError {
@@ -19,9 +19,9 @@ pub enum PlanError {
     #[error("--cylinder-compatible needs 512-byte logical sectors")]
     Cylinder,
     #[error("the disk is too small for a {0:?} table")]
-    TooSmall(Label),
+    TooSmall(NewLabel),
     #[error("unknown partition type {0:?} for {1:?}: use a name (linux, swap, efi, lvm, raid, ...), an MBR hex code or a GPT type GUID")]
-    Type(String, Label),
+    Type(String, NewLabel),
     #[error("type {0:?} is not a partition's: 0x05, 0x0f and 0x85 mark the extended container (made by the planner when more than four partitions are asked for) and 0xee a GPT's protective entry (use --label gpt)")]
     Container(String),
     #[error("partition name {0:?}: {1}")]

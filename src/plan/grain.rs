@@ -52,13 +52,13 @@ mod tests {
     use super::*;
     use crate::align::MIB;
     use crate::plan::tests::{disk, plan_on, req};
-    use crate::plan::{Label, Size};
+    use crate::plan::{NewLabel, Size};
 
     #[test]
     fn optimal_io_joins_the_grain() {
         let d = Disk { optimal_io: Some(3 * MIB), ..disk(1 << 30, 512) };
         assert_eq!(grain_on(&d, Align::Optimal), Ok(3 * MIB));
-        let p = plan_on(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Rest)]).unwrap();
+        let p = plan_on(&d, NewLabel::Gpt, Align::Optimal, false, &[req(Size::Rest)]).unwrap();
         assert_eq!(p.partitions[0].start, 3 * MIB / 512);
     }
 }

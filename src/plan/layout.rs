@@ -4,8 +4,8 @@
 
 use super::error::PlanError;
 use super::grain::Disk;
-use super::planned::{planned, Planned, Role};
-use super::request::{Label, Request, Size};
+use super::planned::{planned, PlannedPartition, Role};
+use super::request::{NewLabel, PartitionRequest, Size};
 use crate::align::{align_down, align_up};
 use crate::table;
 
@@ -16,15 +16,15 @@ const MBR_LIMIT: u64 = u32::MAX as u64;
 pub const GPT_ENTRIES_BYTES: u64 = table::gpt::NEW_ARRAY_BYTES;
 
 /// First and last LBA a partition may use.
-pub(super) fn usable(label: Label, total: u64, logical: u64) -> Result<(u64, u64), PlanError> {
+pub(super) fn usable(label: NewLabel, total: u64, logical: u64) -> Result<(u64, u64), PlanError> {
     match label {
-        Label::Gpt => {
+        NewLabel::Gpt => {
             let array = GPT_ENTRIES_BYTES.div_ceil(logical);
             let first = 2 + array;
             let last = total.checked_sub(2 + array).filter(|&l| l > first);
             last.map(|l| (first, l)).ok_or(PlanError::TooSmall(label))
         }
-        Label::Mbr => {
+        NewLabel::Mbr => {
             if total > MBR_LIMIT + 1 {
                 return Err(PlanError::MbrTooLarge(total, logical));
             }
@@ -46,7 +46,10 @@ pub(super) struct Layouter<'a> {
 }
 
 impl Layouter<'_> {
-    pub(super) fn gpt(&mut self, requests: &[Request]) -> Result<Vec<Planned>, PlanError> {
+    pub(super) fn gpt(
+        &mut self,
+        requests: &[PartitionRequest],
+    ) -> Result<Vec<PlannedPartition>, PlanError> {
         let mut out = Vec::new();
         for (i, r) in requests.iter().enumerate() {
             let start = self.next_start(self.cursor.max(r.min_start.unwrap_or(0)));

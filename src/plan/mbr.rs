@@ -4,12 +4,15 @@
 
 use super::error::PlanError;
 use super::layout::Layouter;
-use super::planned::{planned, Planned, Role};
-use super::request::{Request, Size};
+use super::planned::{planned, PlannedPartition, Role};
+use super::request::{PartitionRequest, Size};
 use super::script::{Container, Slots};
 
 impl Layouter<'_> {
-    pub(super) fn mbr(&mut self, requests: &[Request]) -> Result<Vec<Planned>, PlanError> {
+    pub(super) fn mbr(
+        &mut self,
+        requests: &[PartitionRequest],
+    ) -> Result<Vec<PlannedPartition>, PlanError> {
         // Leave the first grain for the MBR and a boot loader.
         self.cursor = self.cursor.max(self.grain / self.disk.logical);
         let primaries = if requests.len() > 4 { 3 } else { requests.len() };
@@ -18,7 +21,8 @@ impl Layouter<'_> {
             out.push(self.primary(i as u32 + 1, r)?.of(i));
         }
         if requests.len() > 4 {
-            let logicals: Vec<(usize, &Request)> = requests.iter().enumerate().skip(3).collect();
+            let logicals: Vec<(usize, &PartitionRequest)> =
+                requests.iter().enumerate().skip(3).collect();
             let ext = Container { after: 3, number: Some(4), min_start: None, size: Size::Rest };
             self.extended(&ext, &logicals, &mut out)?;
         }
@@ -26,7 +30,11 @@ impl Layouter<'_> {
     }
 
     /// A primary partition at the cursor or the request's start.
-    fn primary(&mut self, number: u32, r: &Request) -> Result<Planned, PlanError> {
+    fn primary(
+        &mut self,
+        number: u32,
+        r: &PartitionRequest,
+    ) -> Result<PlannedPartition, PlanError> {
         let start = match self.first.take() {
             Some(fixed) => fixed,
             None => self.next_start(self.cursor.max(r.min_start.unwrap_or(0))),
@@ -41,11 +49,11 @@ impl Layouter<'_> {
     /// else as listed), listed by number.
     pub(super) fn numbered(
         &mut self,
-        requests: &[Request],
+        requests: &[PartitionRequest],
         slots: &Slots,
-    ) -> Result<Vec<Planned>, PlanError> {
+    ) -> Result<Vec<PlannedPartition>, PlanError> {
         self.cursor = self.cursor.max(self.grain / self.disk.logical);
-        let logicals: Vec<(usize, &Request)> =
+        let logicals: Vec<(usize, &PartitionRequest)> =
             requests.iter().enumerate().filter(|&(i, _)| slots.numbers[i] > 4).collect();
         let mut units: Vec<Option<usize>> =
             (0..requests.len()).filter(|&i| slots.numbers[i] <= 4).map(Some).collect();
@@ -81,8 +89,8 @@ impl Layouter<'_> {
     fn extended(
         &mut self,
         ext: &Container,
-        logicals: &[(usize, &Request)],
-        out: &mut Vec<Planned>,
+        logicals: &[(usize, &PartitionRequest)],
+        out: &mut Vec<PlannedPartition>,
     ) -> Result<(), PlanError> {
         let number = ext.number.unwrap_or(4);
         // The fixed first start is a primary's, before any extended.
@@ -116,8 +124,12 @@ impl Layouter<'_> {
         }
         let end = fixed_end.map_or(self.cursor, |e| e.max(self.cursor));
         self.cursor = end;
-        let container =
-            Request { min_start: None, size: Size::Rest, type_id: "0x05".into(), name: None };
+        let container = PartitionRequest {
+            min_start: None,
+            size: Size::Rest,
+            type_id: "0x05".into(),
+            name: None,
+        };
         out.insert(
             at,
             planned(number, ext_start, end - ext_start, Role::Extended, &container, None),
@@ -132,23 +144,23 @@ mod tests {
     use crate::align::MIB;
     use crate::plan::grain::Disk;
     use crate::plan::tests::{disk, plan_on, req};
-    use crate::plan::{parse_script, plan_with, Align, Label, Plan, Script};
+    use crate::plan::{parse_script, plan_with, Align, NewLabel, Plan, Script};
 
     fn script_on(
         disk: &Disk,
-        label: Label,
+        label: NewLabel,
         align: Align,
         cylinders: bool,
         script: &Script,
     ) -> Result<Plan, PlanError> {
-        let slots = if label == Label::Mbr { script.slots()? } else { None };
+        let slots = if label == NewLabel::Mbr { script.slots()? } else { None };
         plan_with(disk, label, align, cylinders, &script.requests, slots.as_ref())
     }
 
     #[test]
     fn mbr_logicals_each_aligned_with_their_ebr_before() {
-        let reqs: Vec<Request> = (0..6).map(|_| req(Size::Bytes(4 * MIB))).collect();
-        let p = plan_on(&disk(1 << 30, 512), Label::Mbr, Align::Optimal, false, &reqs).unwrap();
+        let reqs: Vec<PartitionRequest> = (0..6).map(|_| req(Size::Bytes(4 * MIB))).collect();
+        let p = plan_on(&disk(1 << 30, 512), NewLabel::Mbr, Align::Optimal, false, &reqs).unwrap();
         let numbers: Vec<u32> = p.partitions.iter().map(|x| x.number).collect();
         assert_eq!(numbers, [1, 2, 3, 4, 5, 6, 7]);
         let ext = &p.partitions[3];
@@ -177,7 +189,7 @@ mod tests {
 
     fn plan_mbr(script: &str) -> Result<Plan, PlanError> {
         let s = parse_script(script).unwrap();
-        script_on(&disk(256 * MIB, 512), Label::Mbr, Align::Optimal, false, &s)
+        script_on(&disk(256 * MIB, 512), NewLabel::Mbr, Align::Optimal, false, &s)
     }
 
     /// Found by a user: the primary after the extended partition was
@@ -249,10 +261,10 @@ mod tests {
         }
         // Without node names (or on GPT) the planner numbers in order.
         let s = parse_script("size=1MiB\nsize=9MiB, type=5\nsize=1MiB\n").unwrap();
-        let p = script_on(&disk(256 * MIB, 512), Label::Mbr, Align::Optimal, false, &s).unwrap();
+        let p = script_on(&disk(256 * MIB, 512), NewLabel::Mbr, Align::Optimal, false, &s).unwrap();
         assert_eq!(p.partitions.iter().map(|x| x.number).collect::<Vec<_>>(), [1, 2]);
         let s = parse_script("d1 : size=2048\nd5 : size=2048\n").unwrap();
-        let p = script_on(&disk(256 * MIB, 512), Label::Gpt, Align::Optimal, false, &s).unwrap();
+        let p = script_on(&disk(256 * MIB, 512), NewLabel::Gpt, Align::Optimal, false, &s).unwrap();
         assert_eq!(p.partitions.iter().map(|x| x.number).collect::<Vec<_>>(), [1, 2]);
     }
 }

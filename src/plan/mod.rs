@@ -1,5 +1,5 @@
 //! Planning aligned partition tables: where each partition of a request
-//! goes, before anything is written ([`plan`], [`plan_script`]). The files
+//! goes, before anything is written ([`plan_table`], [`plan_script`]). The files
 //! below, each using only those before it: `request` (what is asked for),
 //! `error`, `resolve` (types and names as the table stores them),
 //! `planned` (the plan and its table's bytes, made by
@@ -20,11 +20,10 @@ mod target;
 pub use error::PlanError;
 pub use grain::grain;
 pub use layout::GPT_ENTRIES_BYTES;
-pub use planned::{Plan, Planned, Role};
-pub use request::{parse_part, parse_size, Align, AlignError, Label, Request, Size, SizeError};
-pub use resolve::resolve_type;
-pub use script::{parse_script, BoundError, Container, Reason, Script, ScriptError, SCRIPT_LIMIT};
-pub use target::{topology, TargetError};
+pub use planned::{Plan, PlannedPartition, Role};
+pub use request::{parse_part, parse_size, Align, NewLabel, PartitionRequest, Size};
+pub use script::{parse_script, Script, SCRIPT_LIMIT};
+pub use target::topology;
 
 use crate::align::{lcm, Geometry};
 use grain::{grain_on, Disk};
@@ -35,38 +34,38 @@ use script::Slots;
 /// Sectors per cylinder in the 224-head, 56-sector geometry: cylinder (and
 /// track) boundaries then fall on 4 KiB, pleasing old operating systems and
 /// Advanced Format drives alike.
-pub const CYLINDER_SECTORS: u64 = 224 * 56;
+pub(crate) const CYLINDER_SECTORS: u64 = 224 * 56;
 const TRACK_SECTORS: u64 = 56;
 
 /// Lay out `requests` on a disk of geometry `g` and `size_bytes`: every
 /// start on the grain (counted from the alignment offset), in request
 /// order, without gaps beyond alignment.
-pub fn plan(
+pub fn plan_table(
     g: &Geometry,
     size_bytes: u64,
-    label: Label,
+    label: NewLabel,
     align: Align,
     cylinder_compatible: bool,
-    requests: &[Request],
+    requests: &[PartitionRequest],
 ) -> Result<Plan, PlanError> {
     plan_with(&Disk::of(g, size_bytes), label, align, cylinder_compatible, requests, None)
 }
 
-/// Lay out `script` on `disk` as [`plan`] does, except that an MBR script
+/// Lay out `script` on `disk` as [`plan_table`] does, except that an MBR script
 /// numbering every partition (an `sfdisk -d` dump) keeps its numbers, as
 /// sfdisk does: 1-4 primary, 5 on logical, its extended partition where
 /// the script puts it, and the partitions in the order of their starts.
 pub fn plan_script(
     g: &Geometry,
     size_bytes: u64,
-    label: Label,
+    label: NewLabel,
     align: Align,
     cylinder_compatible: bool,
     script: &Script,
 ) -> Result<Plan, PlanError> {
     let slots = match label {
-        Label::Mbr => script.slots()?,
-        Label::Gpt => None,
+        NewLabel::Mbr => script.slots()?,
+        NewLabel::Gpt => None,
     };
     let disk = Disk::of(g, size_bytes);
     plan_with(&disk, label, align, cylinder_compatible, &script.requests, slots.as_ref())
@@ -74,10 +73,10 @@ pub fn plan_script(
 
 fn plan_with(
     disk: &Disk,
-    label: Label,
+    label: NewLabel,
     align: Align,
     cylinder_compatible: bool,
-    requests: &[Request],
+    requests: &[PartitionRequest],
     slots: Option<&Slots>,
 ) -> Result<Plan, PlanError> {
     if requests.is_empty() {
@@ -86,7 +85,7 @@ fn plan_with(
     if requests.iter().rev().skip(1).any(|r| r.size == Size::Rest) {
         return Err(PlanError::RestNotLast);
     }
-    if label == Label::Gpt && requests.len() > 128 {
+    if label == NewLabel::Gpt && requests.len() > 128 {
         return Err(PlanError::TooMany(requests.len()));
     }
     let requests = requests.iter().map(|r| resolve(label, r)).collect::<Result<Vec<_>, _>>()?;
@@ -110,9 +109,9 @@ fn plan_with(
         first: cylinder_compatible.then_some(TRACK_SECTORS),
     };
     let partitions = match (label, slots) {
-        (Label::Gpt, _) => layout.gpt(requests)?,
-        (Label::Mbr, None) => layout.mbr(requests)?,
-        (Label::Mbr, Some(slots)) => layout.numbered(requests, slots)?,
+        (NewLabel::Gpt, _) => layout.gpt(requests)?,
+        (NewLabel::Mbr, None) => layout.mbr(requests)?,
+        (NewLabel::Mbr, Some(slots)) => layout.numbered(requests, slots)?,
     };
     Ok(Plan {
         label,
@@ -133,10 +132,10 @@ mod tests {
 
     pub(super) fn plan_on(
         disk: &Disk,
-        label: Label,
+        label: NewLabel,
         align: Align,
         cylinders: bool,
-        requests: &[Request],
+        requests: &[PartitionRequest],
     ) -> Result<Plan, PlanError> {
         plan_with(disk, label, align, cylinders, requests, None)
     }
@@ -145,15 +144,15 @@ mod tests {
         Disk { size_bytes: size, logical, physical: 4096, alignment_offset: 0, optimal_io: None }
     }
 
-    pub(super) fn req(size: Size) -> Request {
-        Request { min_start: None, size, type_id: "linux".into(), name: None }
+    pub(super) fn req(size: Size) -> PartitionRequest {
+        PartitionRequest { min_start: None, size, type_id: "linux".into(), name: None }
     }
 
     #[test]
     fn gpt_first_partition_at_1mib() {
         let p = plan_on(
             &disk(1 << 30, 512),
-            Label::Gpt,
+            NewLabel::Gpt,
             Align::Optimal,
             false,
             &[req(Size::Bytes(MIB)), req(Size::Rest)],
@@ -173,7 +172,7 @@ mod tests {
     fn gpt_on_4kn_and_minimal() {
         let p = plan_on(
             &disk(1 << 30, 4096),
-            Label::Gpt,
+            NewLabel::Gpt,
             Align::Minimal,
             false,
             &[req(Size::Bytes(MIB))],
@@ -182,7 +181,7 @@ mod tests {
         assert_eq!((p.first_usable_lba, p.partitions[0].start), (6, 6));
         let p = plan_on(
             &disk(1 << 30, 512),
-            Label::Gpt,
+            NewLabel::Gpt,
             Align::Minimal,
             false,
             &[req(Size::Bytes(MIB))],
@@ -196,7 +195,7 @@ mod tests {
         let d = Disk { alignment_offset: 3584, ..disk(1 << 30, 512) };
         let p = plan_on(
             &d,
-            Label::Mbr,
+            NewLabel::Mbr,
             Align::Minimal,
             false,
             &[req(Size::Bytes(MIB)), req(Size::Rest)],
@@ -210,11 +209,11 @@ mod tests {
     fn mbr_limits() {
         let big = disk(3 << 40, 512);
         assert!(matches!(
-            plan_on(&big, Label::Mbr, Align::Optimal, false, &[req(Size::Rest)]),
+            plan_on(&big, NewLabel::Mbr, Align::Optimal, false, &[req(Size::Rest)]),
             Err(PlanError::MbrTooLarge(..))
         ));
         let fits =
-            plan_on(&disk(3 << 40, 4096), Label::Mbr, Align::Optimal, false, &[req(Size::Rest)]);
+            plan_on(&disk(3 << 40, 4096), NewLabel::Mbr, Align::Optimal, false, &[req(Size::Rest)]);
         assert!(fits.is_ok(), "4096-byte sectors address 16 TiB: {fits:?}");
     }
 
@@ -222,24 +221,30 @@ mod tests {
     fn no_room_and_bad_requests() {
         let d = disk(64 * MIB, 512);
         assert!(matches!(
-            plan_on(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Bytes(64 * MIB))]),
+            plan_on(&d, NewLabel::Gpt, Align::Optimal, false, &[req(Size::Bytes(64 * MIB))]),
             Err(PlanError::NoRoom(1, ..))
         ));
-        assert_eq!(plan_on(&d, Label::Gpt, Align::Optimal, false, &[]), Err(PlanError::Empty));
+        assert_eq!(plan_on(&d, NewLabel::Gpt, Align::Optimal, false, &[]), Err(PlanError::Empty));
         assert_eq!(
-            plan_on(&d, Label::Gpt, Align::Optimal, false, &[req(Size::Rest), req(Size::Bytes(1))]),
+            plan_on(
+                &d,
+                NewLabel::Gpt,
+                Align::Optimal,
+                false,
+                &[req(Size::Rest), req(Size::Bytes(1))]
+            ),
             Err(PlanError::RestNotLast)
         );
         assert_eq!(
-            plan_on(&d, Label::Gpt, Align::Bytes(1000), false, &[req(Size::Rest)]),
+            plan_on(&d, NewLabel::Gpt, Align::Bytes(1000), false, &[req(Size::Rest)]),
             Err(PlanError::Grain(1000, 512))
         );
     }
 
     #[test]
     fn min_start_is_a_lower_bound_rounded_to_the_grain() {
-        let r = Request { min_start: Some(5000), ..req(Size::Sectors(100)) };
-        let p = plan_on(&disk(1 << 30, 512), Label::Gpt, Align::Optimal, false, &[r]).unwrap();
+        let r = PartitionRequest { min_start: Some(5000), ..req(Size::Sectors(100)) };
+        let p = plan_on(&disk(1 << 30, 512), NewLabel::Gpt, Align::Optimal, false, &[r]).unwrap();
         assert_eq!((p.partitions[0].start, p.partitions[0].size), (6144, 100));
     }
 
@@ -247,7 +252,7 @@ mod tests {
     fn cylinder_compatible_mbr() {
         let p = plan_on(
             &disk(1 << 30, 512),
-            Label::Mbr,
+            NewLabel::Mbr,
             Align::Minimal,
             true,
             &[req(Size::Bytes(MIB)), req(Size::Bytes(MIB))],
@@ -268,10 +273,10 @@ mod tests {
         ) {
             let offset = if logical == 512 { offset_sectors * 512 } else { 0 };
             let d = Disk { size_bytes: 2 << 30, logical, physical: 4096, alignment_offset: offset, optimal_io: None };
-            let reqs: Vec<Request> = sizes.iter().map(|s| req(Size::Bytes(s * MIB))).collect();
-            let label = if gpt { Label::Gpt } else { Label::Mbr };
+            let reqs: Vec<PartitionRequest> = sizes.iter().map(|s| req(Size::Bytes(s * MIB))).collect();
+            let label = if gpt { NewLabel::Gpt } else { NewLabel::Mbr };
             let p = plan_on(&d, label, Align::Optimal, false, &reqs).unwrap();
-            let data: Vec<&Planned> = p.partitions.iter().filter(|x| x.role != Role::Extended).collect();
+            let data: Vec<&PlannedPartition> = p.partitions.iter().filter(|x| x.role != Role::Extended).collect();
             prop_assert_eq!(data.len(), reqs.len());
             for (x, s) in data.iter().zip(&sizes) {
                 prop_assert!(is_aligned(x.start * logical, MIB, offset));

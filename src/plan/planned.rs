@@ -1,7 +1,7 @@
 //! A plan: each partition where it goes and its role in the table, and the
 //! table's bytes for it.
 
-use super::request::{Label, Request};
+use super::request::{NewLabel, PartitionRequest};
 use crate::table::write::{self, Ids, TableBytes, WriteError};
 use crate::table::{self, PartKind};
 use serde::Serialize;
@@ -29,7 +29,7 @@ impl Role {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Planned {
+pub struct PlannedPartition {
     pub number: u32,
     pub start: u64,
     pub size: u64,
@@ -46,13 +46,13 @@ pub struct Planned {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Plan {
-    pub label: Label,
+    pub label: NewLabel,
     pub sector_size: u64,
     pub total_sectors: u64,
     pub grain_bytes: u64,
     pub first_usable_lba: u64,
     pub last_usable_lba: u64,
-    pub partitions: Vec<Planned>,
+    pub partitions: Vec<PlannedPartition>,
 }
 
 pub(super) fn planned(
@@ -60,10 +60,10 @@ pub(super) fn planned(
     start: u64,
     size: u64,
     role: Role,
-    r: &Request,
+    r: &PartitionRequest,
     ebr: Option<u64>,
-) -> Planned {
-    Planned {
+) -> PlannedPartition {
+    PlannedPartition {
         number,
         start,
         size,
@@ -79,22 +79,23 @@ impl Plan {
     /// The bytes of this plan's table, with `ids` for its GUIDs and MBR
     /// signature.
     pub fn table(&self, ids: &Ids) -> Result<TableBytes, WriteError> {
-        let parts: Vec<table::Partition> = self.partitions.iter().map(Planned::partition).collect();
+        let parts: Vec<table::Partition> =
+            self.partitions.iter().map(PlannedPartition::partition).collect();
         let (ss, total) = (self.sector_size, self.total_sectors);
         match self.label {
-            Label::Gpt => {
+            NewLabel::Gpt => {
                 let usable = (self.first_usable_lba, self.last_usable_lba);
                 write::new_gpt(ss, total, usable, &parts, ids).map(TableBytes::Gpt)
             }
-            Label::Mbr => write::new_mbr(ss, total, &parts, ids).map(TableBytes::Mbr),
+            NewLabel::Mbr => write::new_mbr(ss, total, &parts, ids).map(TableBytes::Mbr),
         }
     }
 }
 
-impl Planned {
+impl PlannedPartition {
     /// Made for request `index`.
-    pub(super) fn of(self, index: usize) -> Planned {
-        Planned { request: Some(index), ..self }
+    pub(super) fn of(self, index: usize) -> PlannedPartition {
+        PlannedPartition { request: Some(index), ..self }
     }
 
     /// As the table writer takes it.
@@ -124,11 +125,11 @@ mod tests {
     use crate::plan::grain::Disk;
     use crate::plan::tests::plan_on;
     use crate::plan::{Align, Size};
-    use crate::table::write::encode;
+    use crate::table::write::encode_table;
 
     #[test]
     fn names_are_the_json_ones() {
-        for label in [Label::Gpt, Label::Mbr] {
+        for label in [NewLabel::Gpt, NewLabel::Mbr] {
             assert_eq!(serde_json::to_value(label).unwrap(), label.name());
         }
         for role in [Role::Primary, Role::Extended, Role::Logical, Role::Gpt] {
@@ -144,7 +145,7 @@ mod tests {
         }
     }
 
-    fn make(label: Label, logical: u64, sizes: &[Size]) -> (Plan, Vec<u8>) {
+    fn make(label: NewLabel, logical: u64, sizes: &[Size]) -> (Plan, Vec<u8>) {
         let disk = Disk {
             size_bytes: 64 * MIB,
             logical,
@@ -152,23 +153,23 @@ mod tests {
             alignment_offset: 0,
             optimal_io: None,
         };
-        let reqs: Vec<Request> = sizes
+        let reqs: Vec<PartitionRequest> = sizes
             .iter()
-            .map(|&size| Request {
+            .map(|&size| PartitionRequest {
                 min_start: None,
                 size,
                 type_id: "linux".into(),
                 name: Some("p".into()),
             })
             .collect();
-        let reqs: Vec<Request> = if label == Label::Mbr {
-            reqs.into_iter().map(|r| Request { name: None, ..r }).collect()
+        let reqs: Vec<PartitionRequest> = if label == NewLabel::Mbr {
+            reqs.into_iter().map(|r| PartitionRequest { name: None, ..r }).collect()
         } else {
             reqs
         };
         let p = plan_on(&disk, label, Align::Optimal, false, &reqs).unwrap();
         let mut img = vec![0xA5u8; (64 * MIB) as usize];
-        for c in encode(&p.table(&ids(p.partitions.len())).unwrap()) {
+        for c in encode_table(&p.table(&ids(p.partitions.len())).unwrap()) {
             img[c.offset as usize..c.offset as usize + c.bytes.len()].copy_from_slice(&c.bytes);
         }
         (p, img)
@@ -190,7 +191,7 @@ mod tests {
     #[test]
     fn gpt_reads_back_at_512_and_4096() {
         for ss in [512, 4096] {
-            let (p, img) = make(Label::Gpt, ss, &[Size::Bytes(MIB), Size::Rest]);
+            let (p, img) = make(NewLabel::Gpt, ss, &[Size::Bytes(MIB), Size::Rest]);
             let layout = read_back(&p, &img);
             assert_eq!(layout.label, table::Label::Gpt);
             assert_eq!(layout.partitions[0].name.as_deref(), Some("p"));
@@ -201,8 +202,9 @@ mod tests {
 
     #[test]
     fn gpt_order_is_backup_then_primary_then_mbr() {
-        let (p, _) = make(Label::Gpt, 512, &[Size::Rest]);
-        let order: Vec<&str> = encode(&p.table(&ids(1)).unwrap()).iter().map(|c| c.what).collect();
+        let (p, _) = make(NewLabel::Gpt, 512, &[Size::Rest]);
+        let order: Vec<&str> =
+            encode_table(&p.table(&ids(1)).unwrap()).iter().map(|c| c.what).collect();
         assert_eq!(
             order,
             [
@@ -218,7 +220,7 @@ mod tests {
     #[test]
     fn mbr_with_logicals_reads_back() {
         let sizes = [Size::Bytes(4 * MIB); 6];
-        let (p, img) = make(Label::Mbr, 512, &sizes);
+        let (p, img) = make(NewLabel::Mbr, 512, &sizes);
         let layout = read_back(&p, &img);
         assert_eq!(layout.label, table::Label::Mbr);
         assert_eq!(layout.partitions.iter().filter(|x| x.kind == PartKind::Logical).count(), 3);
@@ -229,7 +231,7 @@ mod tests {
 
     #[test]
     fn mbr_wipes_stale_gpt_headers() {
-        let (p, img) = make(Label::Mbr, 512, &[Size::Bytes(MIB)]);
+        let (p, img) = make(NewLabel::Mbr, 512, &[Size::Bytes(MIB)]);
         assert!(img[512..4096 + 512].iter().all(|&b| b == 0));
         assert!(img[img.len() - 4096..].iter().all(|&b| b == 0));
         read_back(&p, &img);

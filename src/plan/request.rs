@@ -5,17 +5,17 @@ use serde::Serialize;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Label {
+pub enum NewLabel {
     Gpt,
     Mbr,
 }
 
-impl Label {
+impl NewLabel {
     /// Its name, as in the JSON.
     pub fn name(self) -> &'static str {
         match self {
-            Label::Gpt => "gpt",
-            Label::Mbr => "mbr",
+            NewLabel::Gpt => "gpt",
+            NewLabel::Mbr => "mbr",
         }
     }
 }
@@ -70,7 +70,7 @@ pub enum Size {
 
 /// One partition as asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Request {
+pub struct PartitionRequest {
     /// The lowest LBA it may start at (an sfdisk script's `start=`); the
     /// start is still rounded up to the grain.
     pub min_start: Option<u64>,
@@ -108,12 +108,12 @@ pub enum SizeError {
 
 /// Parse `--part SIZE[:TYPE[:NAME]]`; TYPE defaults to linux. A name may
 /// itself hold colons.
-pub fn parse_part(text: &str) -> Result<Request, SizeError> {
+pub fn parse_part(text: &str) -> Result<PartitionRequest, SizeError> {
     let mut fields = text.splitn(3, ':');
     let size = parse_size(fields.next().unwrap_or_default())?;
     let type_id = fields.next().filter(|t| !t.is_empty()).unwrap_or("linux").to_string();
     let name = fields.next().map(str::to_string);
-    Ok(Request { min_start: None, size, type_id, name })
+    Ok(PartitionRequest { min_start: None, size, type_id, name })
 }
 
 #[cfg(test)]

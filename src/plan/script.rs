@@ -3,7 +3,7 @@
 
 use super::error::PlanError;
 use super::planned::Plan;
-use super::request::{parse_size, Align, Label, Request, Size, SizeError};
+use super::request::{parse_size, Align, NewLabel, PartitionRequest, Size, SizeError};
 use super::resolve::mbr_code;
 use crate::align::{lcm, Geometry};
 use crate::table::mbr;
@@ -25,7 +25,7 @@ pub enum Reason {
     #[error("{0:?}: headers come before the partitions")]
     HeaderAfterPartitions(String),
     #[error("unsupported label {0:?} (use gpt or dos)")]
-    Label(String),
+    NewLabel(String),
     #[error("unit {0:?}: only `unit: sectors` is supported")]
     Unit(String),
     #[error("{0} {1:?} is not a number")]
@@ -80,10 +80,10 @@ pub const SCRIPT_LIMIT: usize = 1 << 20;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Script {
     /// `label:`
-    pub label: Option<Label>,
+    pub label: Option<NewLabel>,
     /// One per data partition line. `first-lba` already bounds the first
     /// start.
-    pub requests: Vec<Request>,
+    pub requests: Vec<PartitionRequest>,
     /// The extended partition lines (`type=5`), kept apart: without node
     /// numbers the planner makes its own container.
     pub extended: Vec<Container>,
@@ -196,8 +196,12 @@ impl Script {
             Some((node, text)) if !node.contains('=') => (Some(node.trim()), text),
             _ => (None, line),
         };
-        let mut r =
-            Request { min_start: None, size: Size::Rest, type_id: "linux".into(), name: None };
+        let mut r = PartitionRequest {
+            min_start: None,
+            size: Size::Rest,
+            type_id: "linux".into(),
+            name: None,
+        };
         for (key, value) in fields(text)? {
             match (key.to_ascii_lowercase().as_str(), value) {
                 ("start", Some(v)) => r.min_start = script_start(&v)?,
@@ -343,11 +347,11 @@ fn header(line: &str) -> Option<(&str, &str)> {
     Some((key.trim(), value.trim()))
 }
 
-fn script_label(value: &str) -> Result<Label, Reason> {
+fn script_label(value: &str) -> Result<NewLabel, Reason> {
     match value {
-        "gpt" => Ok(Label::Gpt),
-        "dos" | "mbr" => Ok(Label::Mbr),
-        other => Err(Reason::Label(other.into())),
+        "gpt" => Ok(NewLabel::Gpt),
+        "dos" | "mbr" => Ok(NewLabel::Mbr),
+        other => Err(Reason::NewLabel(other.into())),
     }
 }
 
@@ -468,7 +472,7 @@ mod tests {
             "label: dos\nunit: sectors\n\n/dev/sda1 : start=2048, size=204800, type=83, bootable\n\
             start=206848 size=1GiB type=S\ntype=5\nsize=+, type=8e\n";
         let s = parse_script(script).unwrap();
-        assert_eq!(s.label, Some(Label::Mbr));
+        assert_eq!(s.label, Some(NewLabel::Mbr));
         let got: Vec<_> =
             s.requests.iter().map(|r| (r.min_start, r.size, r.type_id.as_str())).collect();
         assert_eq!(
@@ -481,7 +485,7 @@ mod tests {
         );
         assert_eq!(s.numbers, [Some(1), None, None]);
         let s = parse_script("label: gpt\nsize=1MiB, type=U, name=\"EFI system\"\n").unwrap();
-        assert_eq!(s.label, Some(Label::Gpt));
+        assert_eq!(s.label, Some(NewLabel::Gpt));
         assert_eq!(s.requests[0].name.as_deref(), Some("EFI system"));
         assert!(parse_script("label: sun\n").unwrap_err().to_string().contains("line 1"));
         assert!(parse_script("start=x\n").is_err());
@@ -531,7 +535,7 @@ mod tests {
     #[test]
     fn sfdisk_dumps_parse_with_padded_fields_and_node_prefixes() {
         let s = parse_script(DOS_DUMP).unwrap();
-        assert_eq!(s.label, Some(Label::Mbr));
+        assert_eq!(s.label, Some(NewLabel::Mbr));
         let got: Vec<_> = s.requests.iter().map(|r| (r.min_start, r.size)).collect();
         assert_eq!(got, [(Some(63), Size::Sectors(200000)), (Some(204863), Size::Sectors(2000))]);
         assert_eq!(s.numbers, [Some(1), Some(5)], "the extended container is dropped");
@@ -541,7 +545,7 @@ mod tests {
         let s = parse_script(GPT_DUMP).unwrap();
         assert_eq!(
             (s.label, s.first_lba, s.last_lba),
-            (Some(Label::Gpt), Some(2048), Some(524254))
+            (Some(NewLabel::Gpt), Some(2048), Some(524254))
         );
         let got: Vec<_> = s.requests.iter().map(|r| (r.min_start, r.size)).collect();
         assert_eq!(
@@ -640,7 +644,7 @@ mod tests {
              /dev/sda3 : size=2048, type=83\nsize=2048, type=83\n",
         )
         .unwrap();
-        let part = |number, request| super::super::Planned {
+        let part = |number, request| super::super::PlannedPartition {
             number,
             start: 0,
             size: 0,
@@ -651,7 +655,7 @@ mod tests {
             request,
         };
         let plan = Plan {
-            label: Label::Mbr,
+            label: NewLabel::Mbr,
             sector_size: 512,
             total_sectors: 1 << 20,
             grain_bytes: 1 << 20,
@@ -677,7 +681,7 @@ mod tests {
         let d = disk(64 << 20, 512);
         let mut s =
             parse_script("first-lba: 4096\nlast-lba: 100000\nsize=1MiB\nsize=1MiB\n").unwrap();
-        let mut p = plan_on(&d, Label::Gpt, Align::Optimal, false, &s.requests).unwrap();
+        let mut p = plan_on(&d, NewLabel::Gpt, Align::Optimal, false, &s.requests).unwrap();
         s.bound(&mut p).unwrap();
         assert_eq!(
             (p.partitions[0].start, p.first_usable_lba, p.last_usable_lba),
@@ -690,7 +694,7 @@ mod tests {
             (None, Some(5000), "outside the script's"),
         ] {
             (s.first_lba, s.last_lba) = (first, last);
-            let mut p = plan_on(&d, Label::Gpt, Align::Optimal, false, &s.requests).unwrap();
+            let mut p = plan_on(&d, NewLabel::Gpt, Align::Optimal, false, &s.requests).unwrap();
             let err = s.bound(&mut p).unwrap_err().to_string();
             assert!(err.contains(why), "{first:?} {last:?}: {err}");
         }

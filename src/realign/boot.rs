@@ -10,7 +10,7 @@
 
 use super::initramfs::Generator;
 use super::journal::{Journal, Phase};
-use super::session::{Events, Options, Outcome, Refusal, Session, SessionError};
+use super::session::{Events, MoveOptions, MoveRefusal, Outcome, Session, SessionError};
 use super::state::Store;
 use crate::device::exclusive::Mount;
 use crate::device::{self, sysfs, Identity, Overrides, SysRoot};
@@ -26,7 +26,7 @@ const RESULT: &str = "result.json";
 /// The free space a journal may need: two saved chunks and its record.
 const JOURNAL_ROOM: u64 = 2 * super::CHUNK_BYTES + (4 << 20);
 /// File systems the initramfs can mount for the journal, with their module.
-pub const JOURNAL_FS: [(&str, &str); 6] = [
+pub(crate) const JOURNAL_FS: [(&str, &str); 6] = [
     ("ext4", "ext4"),
     ("ext3", "ext4"),
     ("ext2", "ext4"),
@@ -152,7 +152,7 @@ impl BootPlan {
 
     /// Why `layout` is not the table this plan was made for, where a
     /// partition moved by the plan may be at either of its starts.
-    pub fn table_changed(&self, layout: &Layout) -> Option<String> {
+    pub(crate) fn table_changed(&self, layout: &Layout) -> Option<String> {
         if layout.partitions.len() != self.table.len() {
             return Some(format!(
                 "the disk has {} partitions; it had {} when the move was scheduled",
@@ -299,11 +299,11 @@ fn resume_and_move(
         if here.is_some_and(|p| p.start == shift.to) {
             continue;
         }
-        let opts = Options {
+        let opts = MoveOptions {
             to: Some(shift.to),
             journal: Some(BootPlan::journal(dir, shift.partition)),
             rescue: action == Action::Rescue,
-            ..Options::default()
+            ..MoveOptions::default()
         };
         ended(session.move_all(&opts, &[shift.partition], events)?)?;
     }
@@ -347,7 +347,7 @@ fn release_mappings(root: &SysRoot, disk: &str, partitions: &[u32]) -> Result<bo
 /// A move a stop request ended early, as an error: at boot nothing asks.
 fn ended(outcome: Outcome) -> Result<(), SessionError> {
     match outcome {
-        Outcome::Stopped(why) => Err(Refusal::Stopped(why).into()),
+        Outcome::Stopped(why) => Err(MoveRefusal::Stopped(why).into()),
         Outcome::Finished => Ok(()),
     }
 }
@@ -364,7 +364,7 @@ pub fn find_disks(root: &SysRoot, id: &Identity) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for name in names.map(|e| e.file_name().to_string_lossy().into_owned()) {
         let path = sysfs::node_path(root, &name);
-        let Ok(opened) = crate::open::open(root, &path, &Overrides::default(), false) else {
+        let Ok(opened) = crate::open::open_target(root, &path, &Overrides::default(), false) else {
             continue;
         };
         let here = device::identity(root, &opened.target, &opened.topology);

@@ -44,7 +44,7 @@ pub fn table_problems(layout: &Layout) -> Result<(), GuardError> {
 /// A boot loader that finds its code by sector number breaks when those
 /// sectors move: GRUB's boot.img in the MBR pointing inside `p`, or a BIOS
 /// boot partition, LILO, extlinux. Says what to run afterwards when forced.
-pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, ss: u64, disk: &Path) -> Option<String> {
+pub(crate) fn boot_loader(dev: &dyn ReadAt, p: &Partition, ss: u64, disk: &Path) -> Option<String> {
     let reinstall =
         format!("reinstall the boot loader afterwards (`grub-install {}`)", disk.display());
     if p.type_id.eq_ignore_ascii_case(BIOS_BOOT) {
@@ -90,7 +90,7 @@ pub fn boot_loader(dev: &dyn ReadAt, p: &Partition, ss: u64, disk: &Path) -> Opt
 /// target itself (or its partitions, except those `spared` allows: any
 /// not being moved), on the image being moved, and on memory-backed file
 /// systems.
-pub fn journal_location(
+pub(crate) fn journal_location(
     root: &SysRoot,
     target: &Target,
     journal: &Path,

@@ -61,7 +61,7 @@ impl Phase {
 
 /// A chunk's source bytes saved in the journal, and their CRC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Saved {
+pub struct SavedChunk {
     pub chunk: u64,
     pub len: u64,
     pub crc: u32,
@@ -74,7 +74,7 @@ pub struct State {
     pub phase: Phase,
     /// Chunks (in copy order) that are done and flushed.
     pub cursor: u64,
-    pub saved: Option<Saved>,
+    pub saved: Option<SavedChunk>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -233,7 +233,7 @@ impl Journal {
         &mut self,
         phase: Phase,
         cursor: u64,
-        saved: Option<Saved>,
+        saved: Option<SavedChunk>,
     ) -> Result<(), JournalError> {
         let err = |source| JournalError::Io { path: self.path.clone(), source };
         let cursor_len = usize::try_from(cursor).unwrap_or(usize::MAX).min(self.checksums.len());
@@ -250,13 +250,13 @@ impl Journal {
 
     /// Put chunk `chunk`'s source bytes in its save area (not yet durable:
     /// the commit that names them flushes them).
-    pub fn save(&mut self, chunk: u64, bytes: &[u8]) -> Result<Saved, JournalError> {
+    pub fn save(&mut self, chunk: u64, bytes: &[u8]) -> Result<SavedChunk, JournalError> {
         let at = self.save_area(chunk);
         let aligned = bytes.len() % 4096 == 0 && bytes.as_ptr().align_offset(4096) == 0;
         let file = self.direct.as_ref().filter(|_| aligned).unwrap_or(&self.file);
         file.write_all_at(bytes, at)
             .map_err(|source| JournalError::Io { path: self.path.clone(), source })?;
-        Ok(Saved { chunk, len: bytes.len() as u64, crc: crc32fast::hash(bytes) })
+        Ok(SavedChunk { chunk, len: bytes.len() as u64, crc: crc32fast::hash(bytes) })
     }
 
     /// Fill `buf` with the saved bytes of `chunk`; false unless the last
@@ -283,7 +283,7 @@ impl Journal {
     /// file cut off, both flushed. Overwriting them instead would double
     /// what a move writes to the journal's disk. The headers, record and
     /// checksums stay for `--status`.
-    pub fn scrub(&mut self) -> Result<(), JournalError> {
+    pub(crate) fn scrub(&mut self) -> Result<(), JournalError> {
         use rustix::fs::{fallocate, FallocateFlags};
         let err = |source| JournalError::Io { path: self.path.clone(), source };
         if !self.state.phase.finished() {
@@ -326,7 +326,7 @@ struct Header {
 impl Header {
     fn encode(&self) -> Vec<u8> {
         let s = &self.state;
-        let saved = s.saved.unwrap_or(Saved { chunk: u64::MAX, len: 0, crc: 0 });
+        let saved = s.saved.unwrap_or(SavedChunk { chunk: u64::MAX, len: 0, crc: 0 });
         let mut h = Vec::with_capacity(HEADER_LEN);
         h.extend_from_slice(MAGIC);
         h.extend_from_slice(&s.sequence.to_le_bytes());
@@ -351,7 +351,7 @@ impl Header {
             return None;
         }
         let saved = (le_u32(h, 20)? == 1).then(|| {
-            Some(Saved { chunk: le_u64(h, 32)?, len: le_u64(h, 40)?, crc: le_u32(h, 48)? })
+            Some(SavedChunk { chunk: le_u64(h, 32)?, len: le_u64(h, 40)?, crc: le_u32(h, 48)? })
         });
         Some(Header {
             state: State {

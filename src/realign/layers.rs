@@ -27,7 +27,7 @@ pub struct LayerShift {
 
 impl LayerShift {
     /// Aligned today, off after the move.
-    pub fn worsened(&self) -> bool {
+    pub(crate) fn worsened(&self) -> bool {
         self.off_before == 0 && self.off_after != 0
     }
 
@@ -61,7 +61,7 @@ pub fn of(dev: &dyn ReadAt, p: &Partition, ss: u64) -> Vec<Layer> {
 /// Each of `layers` judged where it is and where a move of its partition
 /// from LBA `old` to LBA `new` puts it. A layer whose new place cannot be
 /// expressed is left out.
-pub fn shifts(layers: &[Layer], geometry: &Geometry, old: u64, new: u64) -> Vec<LayerShift> {
+pub(crate) fn shifts(layers: &[Layer], geometry: &Geometry, old: u64, new: u64) -> Vec<LayerShift> {
     let ss = geometry.logical;
     let (Some(old), Some(new)) = (old.checked_mul(ss), new.checked_mul(ss)) else {
         return Vec::new();

@@ -33,7 +33,7 @@ use std::path::PathBuf;
 
 /// Bytes copied per step: large enough that flushes cost little, small
 /// enough that memory stays bounded whatever the partition size.
-pub const CHUNK_BYTES: u64 = 16 << 20;
+pub(crate) const CHUNK_BYTES: u64 = 16 << 20;
 
 pub use crate::device::Identity;
 
@@ -97,7 +97,7 @@ impl Move {
     /// Check a record before trusting it (one read back from a journal may
     /// be anything): every offset the move computes must lie on the disk,
     /// so the arithmetic that follows cannot overflow.
-    pub fn validate(&self) -> Result<(), InvalidMove> {
+    pub(crate) fn validate(&self) -> Result<(), InvalidMove> {
         let ss = self.sector_size;
         if !crate::units::is_sector_size(ss, 4096) {
             return Err(InvalidMove::SectorSize(ss));
@@ -137,7 +137,7 @@ impl Move {
         self.bytes().div_ceil(self.chunk_bytes.max(1))
     }
 
-    pub fn direction(&self) -> Direction {
+    pub(crate) fn direction(&self) -> Direction {
         if self.new_start > self.old_start {
             Direction::Right
         } else {

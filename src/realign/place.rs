@@ -10,7 +10,7 @@ use std::ops::Range;
 
 /// What the user asked for one partition.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Request {
+pub struct PlaceRequest {
     pub partition: u32,
     /// An explicit destination LBA.
     pub to: Option<u64>,
@@ -57,7 +57,7 @@ pub fn place(
     layout: &Layout,
     geometry: &Geometry,
     disk_sectors: u64,
-    req: &Request,
+    req: &PlaceRequest,
     gap_nonzero: &dyn Fn(Range<u64>) -> bool,
 ) -> Result<Placement, PlaceError> {
     let n = req.partition;
@@ -132,7 +132,7 @@ pub fn place(
 /// is not a whole number of physical sectors no start aligns both the
 /// partition and the clusters. `layers` are the partition's, `dev` names
 /// it, `size_bytes` is its size.
-pub fn fat_data_warning(
+pub(crate) fn fat_data_warning(
     layers: &[Layer],
     physical: u64,
     dev: &str,
@@ -367,8 +367,8 @@ mod tests {
         Geometry::new(512, 4096, 0, None, false)
     }
 
-    fn req(partition: u32) -> Request {
-        Request { partition, to: None, align: Align::Optimal, force: false }
+    fn req(partition: u32) -> PlaceRequest {
+        PlaceRequest { partition, to: None, align: Align::Optimal, force: false }
     }
 
     fn fdisk_63(sectors: u64, size: u32) -> Layout {
@@ -435,7 +435,7 @@ mod tests {
         let PlaceError::NoRoom { why, missing_sectors, .. } = &err else { panic!("{err}") };
         assert_eq!(*missing_sectors, Some(1), "{why}");
         assert!(why.contains("GRUB") && why.contains("LBA 64 needs 1 more sector"), "{why}");
-        let forced = Request { force: true, ..req(1) };
+        let forced = PlaceRequest { force: true, ..req(1) };
         assert_eq!(place(&full, &geometry(), 100_000, &forced, &grub).unwrap().new_start, 56);
     }
 
@@ -444,10 +444,13 @@ mod tests {
         let mut img = mbr_extended();
         let layout = read(&img, 512, img.len() as u64).unwrap();
         // Logical 6 at 129+63 between EBR 128 and EBR 192: 136 fits, 128 is the EBR.
-        let got =
-            place(&layout, &geometry(), 512, &Request { align: Align::Minimal, ..req(6) }, &|_| {
-                false
-            });
+        let got = place(
+            &layout,
+            &geometry(),
+            512,
+            &PlaceRequest { align: Align::Minimal, ..req(6) },
+            &|_| false,
+        );
         assert!(matches!(got, Err(PlaceError::NoRoom { .. })), "{got:?}");
         mbr_entry(&mut img, 128 * 512, 0, 0x83, 1, 50);
         let layout = read(&img, 512, img.len() as u64).unwrap();
@@ -461,7 +464,7 @@ mod tests {
         // Logical 5 shrunk to 65+55: sectors 120-127 free before EBR 128.
         mbr_entry(&mut img, 64 * 512, 0, 0x83, 1, 55);
         let layout = read(&img, 512, img.len() as u64).unwrap();
-        let to = |lba| Request { to: Some(lba), ..req(6) };
+        let to = |lba| PlaceRequest { to: Some(lba), ..req(6) };
         let got = place(&layout, &geometry(), 512, &to(128), &|_| false).unwrap();
         assert_eq!((got.new_start, got.room, got.ebr), (128, 120..192, Some(127)));
         let err = place(&layout, &geometry(), 512, &to(112), &|_| false).unwrap_err();
@@ -471,7 +474,8 @@ mod tests {
         let err = place(&layout, &geometry(), 512, &to(128), &|r| r == (127..128));
         assert!(format!("{err:?}").contains("sector 127, where its EBR would go"), "{err:?}");
         // The first EBR is the extended partition's start: it stays.
-        let got = place(&layout, &geometry(), 512, &Request { to: Some(72), ..req(5) }, &|_| true);
+        let got =
+            place(&layout, &geometry(), 512, &PlaceRequest { to: Some(72), ..req(5) }, &|_| true);
         assert_eq!(got.map(|g| (g.room.start, g.ebr)), Ok((65, None)));
         // An EBR holding no logical is in the way too: a link runs through it.
         let mut empty = mbr_extended();
@@ -479,7 +483,7 @@ mod tests {
         empty[128 * 512 + 446..128 * 512 + 462].fill(0);
         let layout = read(&empty, 512, empty.len() as u64).unwrap();
         let err =
-            place(&layout, &geometry(), 512, &Request { to: Some(120), ..req(6) }, &|_| false);
+            place(&layout, &geometry(), 512, &PlaceRequest { to: Some(120), ..req(6) }, &|_| false);
         assert!(format!("{err:?}").contains("before the first free sector 129"), "{err:?}");
     }
 
@@ -489,8 +493,9 @@ mod tests {
         let layout = read(&img, 512, img.len() as u64).unwrap();
         let got = place(&layout, &geometry(), 8192, &req(1), &|_| true).unwrap();
         assert_eq!(got.new_start, 40, "the room after it is too small for 2048");
-        let to =
-            |to| place(&layout, &geometry(), 8192, &Request { to: Some(to), ..req(1) }, &|_| false);
+        let to = |to| {
+            place(&layout, &geometry(), 8192, &PlaceRequest { to: Some(to), ..req(1) }, &|_| false)
+        };
         assert_eq!(to(48).unwrap().new_start, 48);
         assert!(matches!(to(41), Err(PlaceError::CannotMove(1, _))));
         assert!(matches!(to(8000), Err(PlaceError::NoRoom { .. })));

@@ -5,7 +5,7 @@
 use super::place::Placement;
 use super::{Identity, Move, Write, CHUNK_BYTES};
 use crate::io::ReadAt;
-use crate::stack::{self, Contents};
+use crate::stack;
 use crate::table::edit::{self, EditError};
 use crate::table::write::{self, TableBytes};
 use crate::table::{self, Layout, PartKind, Partition, TableError};
@@ -25,14 +25,13 @@ pub enum PrepareError {
 
 /// A move ready to journal, with what the partition holds.
 #[derive(Clone, Debug)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub record: Move,
-    pub contents: Option<Contents>,
     /// Fixups made, in words.
     pub notes: Vec<String>,
 }
 
-pub fn prepare(
+pub(crate) fn prepare(
     dev: &dyn ReadAt,
     target: &Path,
     layout: &Layout,
@@ -97,7 +96,7 @@ pub fn prepare(
         before,
         writes,
     };
-    Ok(Prepared { record, contents, notes })
+    Ok(Prepared { record, notes })
 }
 
 /// The writes that move `p`'s EBR to `new_ebr`, the partition staying put:
@@ -120,7 +119,7 @@ fn ebr_writes(
 /// replaces (checked again before it is made).
 fn table_writes(dev: &dyn ReadAt, table: &TableBytes) -> Result<Vec<Write>, PrepareError> {
     let mut out = Vec::new();
-    for chunk in write::encode(table) {
+    for chunk in write::encode_table(table) {
         let mut old = vec![0u8; chunk.bytes.len()];
         dev.read_exact_at(&mut old, chunk.offset)?;
         out.push(Write { offset: chunk.offset, old, new: chunk.bytes, what: chunk.what.into() });

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 
 /// Reads of an unreadable sector after the first: a failing drive may
 /// return it on a later try, but each try can cost it seconds.
-pub const RETRIES: u32 = 2;
+pub(crate) const RETRIES: u32 = 2;
 
 /// The map for the move journaled at `journal`.
-pub fn map_path(journal: &Path) -> PathBuf {
+pub(crate) fn map_path(journal: &Path) -> PathBuf {
     let mut p = journal.as_os_str().to_owned();
     p.push(".map");
     PathBuf::from(p)
@@ -25,7 +25,7 @@ pub fn map_path(journal: &Path) -> PathBuf {
 /// halves of a failing piece are read in turn down to single sectors, each
 /// of which is retried [`RETRIES`] times and then zero-filled. Returns the
 /// zero-filled LBAs; any other error is returned as it is.
-pub fn read_around(
+pub(crate) fn read_around(
     disk: &dyn Disk,
     buf: &mut [u8],
     offset: u64,

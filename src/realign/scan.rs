@@ -126,7 +126,7 @@ pub fn describe(ranges: &[Range<u64>]) -> String {
 /// says (`icheck`, `ncheck`, `testb`): files by path, the journal and other
 /// metadata, free space. None when debugfs cannot say (not installed, or
 /// the file system's own metadata unreadable).
-pub fn ext_holders(
+pub(crate) fn ext_holders(
     disk: &std::path::Path,
     offset: u64,
     ss: u64,

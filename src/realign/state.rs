@@ -140,15 +140,13 @@ impl Store {
     }
 
     /// The unfinished move that applies to this disk, if any.
-    pub fn unfinished_on(&self, dev: &dyn ReadAt, id: &Identity) -> Option<(Record, Journal)> {
+    pub(crate) fn unfinished_on(
+        &self,
+        dev: &dyn ReadAt,
+        id: &Identity,
+    ) -> Option<(Record, Journal)> {
         self.unfinished().into_iter().find(|(_, j)| applies(&j.record, dev, id))
     }
-}
-
-/// The command that finishes the unfinished move of `partition` on
-/// `target`: said the same way wherever a move is left unfinished.
-pub fn finish_command(target: &Path, partition: u32) -> String {
-    format!("blkalign realign {} {partition} --yes", target.display())
 }
 
 /// Whether the move in `m` was made on this disk: same size (and serial

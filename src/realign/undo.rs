@@ -86,7 +86,7 @@ pub fn reverse(j: &Journal) -> Result<Option<Move>, UndoError> {
 /// The chunk at `j`'s cursor when its source bytes are saved in the
 /// journal: its own write may have overwritten that source, so the undo
 /// writes them back there first. Returns (byte offset, bytes).
-pub fn saved_chunk(j: &Journal) -> Result<Option<(u64, AlignedBuf)>, JournalError> {
+pub(crate) fn saved_chunk(j: &Journal) -> Result<Option<(u64, AlignedBuf)>, JournalError> {
     let m = &j.record;
     let k = j.state.cursor;
     if j.state.phase != Phase::Copying || k >= m.chunks() {

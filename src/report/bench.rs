@@ -1,12 +1,12 @@
 //! `bench`'s report: the columns of its table of cells, and the summary
 //! printed under it.
 
-use super::table::{fill, Column, Kind, Style, Units};
+use super::table::{fill, Column, ColumnKind, Style, Units};
 use crate::bench::{CellResult, Report};
 
 /// The columns `-o` picks from: phybs' figures, then latency percentiles.
 pub fn columns() -> Vec<Column<CellResult>> {
-    use Kind::Number;
+    use ColumnKind::Number;
     let column = |name, about, default, value| Column { name, about, kind: Number, default, value };
     vec![
         column("COUNT", "requests measured", true, |r: &CellResult, _| r.count.to_string()),

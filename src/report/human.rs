@@ -1,7 +1,7 @@
 //! The human report: a heading per disk, a row per partition in the style
 //! of fdisk and lsblk, and a summary line.
 
-use super::table::{self, fill, Column, Kind, Style, Units};
+use super::table::{self, fill, Column, ColumnKind, Style, Units};
 use super::{partition_name, PARTITION_NAME_ABOUT};
 use crate::align::Class;
 use crate::audit::{DiskAudit, LayerAudit, OriginAudit, PartitionAudit};
@@ -19,7 +19,7 @@ pub enum Row<'a> {
 
 /// The columns `audit` can print (`-o`), the default ones first.
 pub fn columns<'a>() -> Vec<Column<Row<'a>>> {
-    use Kind::{Free, Number, Text, Verdict};
+    use ColumnKind::{Free, Number, Text, Verdict};
     let column = Column::<Row<'a>>::new;
     vec![
         column("NAME", PARTITION_NAME_ABOUT, Text, |r, _| {

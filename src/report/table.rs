@@ -10,7 +10,7 @@ pub struct Column<R> {
     pub name: &'static str,
     /// One line for `--output help`.
     pub about: &'static str,
-    pub kind: Kind,
+    pub kind: ColumnKind,
     /// Printed without `-o`.
     pub default: bool,
     /// The cell of a row.
@@ -22,7 +22,7 @@ impl<R> Column<R> {
     pub fn new(
         name: &'static str,
         about: &'static str,
-        kind: Kind,
+        kind: ColumnKind,
         value: fn(&R, Units) -> String,
     ) -> Column<R> {
         Column { name, about, kind, default: true, value }
@@ -35,7 +35,7 @@ impl<R> Column<R> {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
+pub enum ColumnKind {
     Text,
     /// Right-aligned.
     Number,
@@ -104,7 +104,7 @@ pub fn select<'c, R>(
         None => (Vec::new(), spec),
     };
     let adding = spec.starts_with('+');
-    let mut at = chosen.iter().rposition(|c| c.kind != Kind::Free).map_or(0, |i| i + 1);
+    let mut at = chosen.iter().rposition(|c| c.kind != ColumnKind::Free).map_or(0, |i| i + 1);
     for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         let column = columns.iter().find(|c| c.name.eq_ignore_ascii_case(name));
         let column = column.ok_or_else(|| UnknownColumn {
@@ -112,7 +112,7 @@ pub fn select<'c, R>(
             valid: columns.iter().map(|c| c.name).collect::<Vec<_>>().join(", "),
         })?;
         // Added free text goes last, after the default set's.
-        if adding && column.kind != Kind::Free {
+        if adding && column.kind != ColumnKind::Free {
             chosen.insert(at, column);
             at += 1;
         } else {
@@ -170,7 +170,7 @@ pub fn render<R>(
     for (row, values) in rows.iter().zip(&cells) {
         let wrapped: Vec<Vec<String>> = (0..shown)
             .map(|i| match columns[i].kind {
-                Kind::Free => wrap(&values[i], widths[i]),
+                ColumnKind::Free => wrap(&values[i], widths[i]),
                 _ => vec![values[i].clone()],
             })
             .collect();
@@ -201,7 +201,8 @@ fn fit<R>(
 ) -> bool {
     let Some(width) = width else { return false };
     let total = indent + widths.iter().sum::<usize>() + 2 * widths.len().saturating_sub(1);
-    let free: Vec<usize> = (0..columns.len()).filter(|&i| columns[i].kind == Kind::Free).collect();
+    let free: Vec<usize> =
+        (0..columns.len()).filter(|&i| columns[i].kind == ColumnKind::Free).collect();
     if total <= width || free.is_empty() {
         return false;
     }
@@ -226,10 +227,10 @@ fn pad_row<R>(columns: &[&Column<R>], cells: &[String], widths: &[usize], color:
         }
         let gap = " ".repeat(widths[i].saturating_sub(width(text)));
         let shown = match columns[i].kind {
-            Kind::Verdict if color => paint(text),
+            ColumnKind::Verdict if color => paint(text),
             _ => text.clone(),
         };
-        if columns[i].kind == Kind::Number {
+        if columns[i].kind == ColumnKind::Number {
             out.push_str(&gap);
             out.push_str(&shown);
         } else {
@@ -260,8 +261,8 @@ fn raw<R>(columns: &[&Column<R>], cells: &[Vec<String>], style: &Style) -> Strin
             .iter()
             .zip(columns)
             .map(|(text, c)| match c.kind {
-                Kind::Verdict if style.color => paint(&escape(text)),
-                Kind::Command => escape_control(text),
+                ColumnKind::Verdict if style.color => paint(&escape(text)),
+                ColumnKind::Command => escape_control(text),
                 _ => escape(text),
             })
             .collect();
@@ -365,21 +366,21 @@ mod tests {
             Column {
                 name: "NAME",
                 about: "a name",
-                kind: Kind::Text,
+                kind: ColumnKind::Text,
                 default: true,
                 value: |r, _| r.0.into(),
             },
             Column {
                 name: "SIZE",
                 about: "a size",
-                kind: Kind::Number,
+                kind: ColumnKind::Number,
                 default: true,
                 value: |r, u| u.size(r.1),
             },
             Column {
                 name: "NOTE",
                 about: "words",
-                kind: Kind::Free,
+                kind: ColumnKind::Free,
                 default: false,
                 value: |r, _| r.2.into(),
             },

@@ -18,8 +18,10 @@ mod zfs;
 pub use layers::{Details, Layer};
 pub use region::{Contents, Kind};
 pub use signature::{fs_uuid, identify};
-pub use startrec::{start_fixups, Patch, StackError};
-pub use verdict::{compensates, judge, LayerVerdict};
+pub use startrec::start_fixups;
+pub(crate) use startrec::StackError;
+pub(crate) use verdict::LayerVerdict;
+pub use verdict::{compensates, judge};
 pub use walk::walk;
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! Amiga Rigid Disk Blocks, read as Linux's block/partitions/amiga.c reads
+//! Amiga Rigid SchemeDisk Blocks, read as Linux's block/partitions/amiga.c reads
 //! them: the RDB in one of the first 16 blocks of 512 bytes (the first
 //! whose longs sum to 0), then its list of partition blocks linked by
 //! pb_Next (at most 16 visited), each partition's place computed from its
@@ -7,7 +7,7 @@
 
 use super::common::{in_logical_sectors, read_bytes};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::{be_u32, ReadAt};
 
@@ -15,9 +15,9 @@ use crate::io::{be_u32, ReadAt};
 const RDSK: u32 = 0x5244_534B;
 const PART: u32 = 0x5041_5254;
 /// Linux looks for the RDB in blocks 0..RDB_ALLOCATION_LIMIT.
-pub const RDB_ALLOCATION_LIMIT: u64 = 16;
+pub(crate) const RDB_ALLOCATION_LIMIT: u64 = 16;
 /// Linux visits at most this many partition blocks.
-pub const MAX_BLOCKS: u32 = 16;
+pub(crate) const MAX_BLOCKS: u32 = 16;
 const BLOCK: usize = 512;
 /// Offsets in the RDB of rdb_SummedLongs, rdb_BlockBytes,
 /// rdb_PartitionList and rdb_CylBlocks.
@@ -111,7 +111,7 @@ fn list(blocks: &[u64]) -> String {
     blocks.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
 }
 
-/// The Amiga Rigid Disk Block.
+/// The Amiga Rigid SchemeDisk Block.
 pub struct Amiga;
 
 impl Scheme for Amiga {
@@ -121,7 +121,7 @@ impl Scheme for Amiga {
 
     /// Linux's amiga.c gives way to the parsers after it when it makes no
     /// partition (an RDB without any, or one it cannot follow): `Empty`.
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         Ok(match read_into(disk.dev, layout)? {
             false => Found::No,
             true if layout.partitions.is_empty() => Found::Empty,
@@ -340,7 +340,7 @@ pub(crate) mod fixtures {
     }
 
     /// Recompute the checksum of the block at byte `at` (64 longs summed).
-    pub fn seal(img: &mut [u8], at: usize) {
+    pub(crate) fn seal(img: &mut [u8], at: usize) {
         put(img, at + 8, 0);
         let sum = sum_of(&img[at..at + BLOCK]);
         put(img, at + 8, 0u32.wrapping_sub(sum));
@@ -350,7 +350,7 @@ pub(crate) mod fixtures {
     /// `block_bytes`-byte blocks, cylinders of `heads` × `sectors` blocks,
     /// and partition blocks at the given block numbers (each entry: its
     /// block, low and high cylinder), linked in that order.
-    pub fn rdb_image(
+    pub(crate) fn rdb_image(
         units: usize,
         rdb: usize,
         block_bytes: u32,

@@ -4,7 +4,7 @@
 
 use super::common::{in_logical_sectors, libblkid_differs, read_bytes};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::ReadAt;
 use crate::io::{be_u16, be_u32};
@@ -16,17 +16,17 @@ const ENTRY_SIZE: usize = 136;
 /// Linux ignores a map claiming this many entries or more (DISK_MAX_PARTS).
 const MAX_ENTRIES: u32 = 256;
 /// Types of entries that hold no data: the map itself and free space.
-pub const NO_DATA: [&str; 3] = ["Apple_partition_map", "Apple_Free", "Apple_Void"];
+pub(crate) const NO_DATA: [&str; 3] = ["Apple_partition_map", "Apple_Free", "Apple_Void"];
 
 /// The Apple partition map.
-pub struct Apm;
+pub(crate) struct Apm;
 
 impl Scheme for Apm {
     fn name(&self) -> &'static str {
         "mac"
     }
 
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
     }
 
@@ -107,7 +107,7 @@ fn partition(raw: &[u8], number: u32, units: u64, layout: &mut Layout) -> Option
 pub(crate) mod fixtures {
     /// A disk of `sectors` 512-byte sectors holding a map of `block`-byte
     /// blocks: the map entry itself, then (start, count, type) entries.
-    pub fn apm_image(sectors: usize, block: u16, parts: &[(u32, u32, &str)]) -> Vec<u8> {
+    pub(crate) fn apm_image(sectors: usize, block: u16, parts: &[(u32, u32, &str)]) -> Vec<u8> {
         let mut img = vec![0u8; sectors * 512];
         img[..2].copy_from_slice(b"ER");
         img[2..4].copy_from_slice(&block.to_be_bytes());

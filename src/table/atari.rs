@@ -7,7 +7,7 @@
 
 use super::common::{in_logical_sectors, read_bytes};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::{be_u32, ReadAt};
 
@@ -84,7 +84,7 @@ impl Scheme for Atari {
         "atari"
     }
 
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         Ok(if read_into(disk.dev, disk.size_bytes, layout)? { Found::Table } else { Found::No })
     }
 }
@@ -280,7 +280,7 @@ pub(crate) mod fixtures {
 
     /// 8192 units: GEM 1 at 2+2046, an XGM chain at 2048 (3 partitions:
     /// 2049+1000, 3050+1000, 4051+1000), LNX at 6144+2048.
-    pub fn xgm_image() -> Vec<u8> {
+    pub(crate) fn xgm_image() -> Vec<u8> {
         let mut img = vec![0u8; 8192 * 512];
         entry(&mut img, 0, 0, b"GEM", 2, 2046);
         entry(&mut img, 0, 1, b"XGM", 2048, 4096);

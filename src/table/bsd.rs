@@ -5,7 +5,7 @@
 
 use super::common::{in_logical_sectors, libblkid_differs, read_bytes};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{types, Label, Layout, PartKind, Partition, Problem};
 use crate::io::be_u16;
 use crate::io::{le_u16, le_u32, ReadAt};
@@ -24,7 +24,7 @@ const MAX_ALPHA: usize = 18;
 const ALPHA_AT: usize = 64;
 /// Type of an unused entry, which on the whole disk marks the raw
 /// partition c (or d) that covers it.
-pub const UNUSED: &str = "0x00";
+pub(crate) const UNUSED: &str = "0x00";
 /// MBR type of a FreeBSD slice, whose labels may count from the slice.
 const FREEBSD: u8 = 0xA5;
 
@@ -84,14 +84,14 @@ fn check_sum(label: &[u8], layout: &mut Layout) {
 }
 
 /// A BSD disklabel on the whole disk.
-pub struct Bsd;
+pub(crate) struct Bsd;
 
 impl Scheme for Bsd {
     fn name(&self) -> &'static str {
         "bsd"
     }
 
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
     }
 
@@ -283,7 +283,7 @@ pub(crate) mod fixtures {
 
     /// Write a label at byte `at` of `img` with (size, offset, fstype)
     /// entries, both magics and a valid checksum.
-    pub fn put_label(img: &mut [u8], at: usize, parts: &[(u32, u32, u8)]) {
+    pub(crate) fn put_label(img: &mut [u8], at: usize, parts: &[(u32, u32, u8)]) {
         let label = &mut img[at..at + 512];
         label[..4].copy_from_slice(&MAGIC.to_le_bytes());
         label[MAGIC2_AT..MAGIC2_AT + 4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -299,7 +299,7 @@ pub(crate) mod fixtures {
     }
 
     /// Recompute the checksum of the label at the start of `label`.
-    pub fn seal(label: &mut [u8]) {
+    pub(crate) fn seal(label: &mut [u8]) {
         label[136..138].fill(0);
         let sum = xor_of(label).unwrap_or(0); // too many entries to sum: left 0
         label[136..138].copy_from_slice(&sum.to_le_bytes());

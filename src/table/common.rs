@@ -88,11 +88,11 @@ pub(crate) mod test_support {
 
     type ReadInto = fn(&dyn ReadAt, &mut Layout) -> Result<bool, TableError>;
     /// Recomputes a label's checksum after it was changed.
-    pub type Seal<'a> = &'a dyn Fn(&mut [u8]);
+    pub(crate) type Seal<'a> = &'a dyn Fn(&mut [u8]);
 
     /// What a scheme's `read_into` makes of `img`, before the checks all
     /// tables get; panics unless it finds `label`.
-    pub fn read_alone(read_into: ReadInto, img: &[u8], ss: u64, label: Label) -> Layout {
+    pub(crate) fn read_alone(read_into: ReadInto, img: &[u8], ss: u64, label: Label) -> Layout {
         let mut layout = Layout::blank(ss);
         assert!(read_into(&img.to_vec(), &mut layout).unwrap());
         assert_eq!(layout.label, label);
@@ -101,7 +101,12 @@ pub(crate) mod test_support {
 
     /// `img` with `muts` applied (then `seal`, if any), read at `ss` and as
     /// a device larger than the image: whatever it holds, nothing panics.
-    pub fn read_mutated(mut img: Vec<u8>, muts: &[(usize, u8)], seal: Option<Seal>, ss: u64) {
+    pub(crate) fn read_mutated(
+        mut img: Vec<u8>,
+        muts: &[(usize, u8)],
+        seal: Option<Seal>,
+        ss: u64,
+    ) {
         for &(at, byte) in muts {
             img[at] = byte;
         }

@@ -4,7 +4,7 @@
 use super::checks::{check_bounds, check_overlaps};
 use super::common::holds_iso;
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{amiga, apm, atari, bsd, foreign, gpt, mbr, sgi, sun};
 use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::device::SectorGuess;
@@ -60,9 +60,9 @@ pub fn read(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> Result<Layou
 }
 
 /// What every scheme's reader is given of `dev`.
-pub fn disk(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> io::Result<Disk<'_>> {
+pub fn disk(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> io::Result<SchemeDisk<'_>> {
     let sectors = size_bytes / sector_size;
-    Ok(Disk {
+    Ok(SchemeDisk {
         dev,
         sector_size,
         size_bytes,
@@ -76,7 +76,7 @@ pub fn disk(dev: &dyn ReadAt, sector_size: u64, size_bytes: u64) -> io::Result<D
 /// it (a file system's boot sector is not another scheme); false when none
 /// does. A label without partitions (`Found::Empty`) stays unless an
 /// audited scheme after it finds its table.
-fn read_schemes(disk: &Disk<'_>, layout: &mut Layout) -> Result<bool, TableError> {
+fn read_schemes(disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<bool, TableError> {
     let mut empty = None;
     for scheme in SCHEMES {
         if empty.is_some() && !scheme.audited() {
@@ -162,7 +162,7 @@ pub fn detect_sector_size(dev: &dyn ReadAt, size_bytes: u64) -> SectorGuess {
 /// attached with `losetup -b`): its GPT header sits only where that size
 /// puts it, or its MBR fits (or holds recognisable contents) only read in
 /// that size. The kernel reads such a table at the wrong places.
-pub fn written_for(dev: &dyn ReadAt, size_bytes: u64, logical: u64) -> Option<u64> {
+pub(crate) fn written_for(dev: &dyn ReadAt, size_bytes: u64, logical: u64) -> Option<u64> {
     let other = match logical {
         512 => 4096,
         4096 => 512,

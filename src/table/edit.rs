@@ -140,7 +140,7 @@ fn move_gpt(g: &mut GptBytes, p: &Partition, first: u64, last: u64) -> Result<()
     let at = (p.number as usize).checked_sub(1).and_then(|slot| slot.checked_mul(size));
     let raw = at.and_then(|at| g.entries.get_mut(at..at.checked_add(size)?));
     let raw = raw.ok_or(EditError::Stale(p.number))?;
-    let mut entry = gpt::Entry::parse(raw).filter(|e| e.first_lba == p.start);
+    let mut entry = gpt::GptEntry::parse(raw).filter(|e| e.first_lba == p.start);
     let entry = entry.as_mut().ok_or(EditError::Stale(p.number))?;
     if first < g.first_usable_lba || last > g.last_usable_lba {
         return Err(EditError::Range(p.number, first, "outside the GPT's usable area"));
@@ -190,7 +190,7 @@ fn logical_entry(
     sector: &[u8],
     p: &Partition,
     ebr_lba: u64,
-) -> Result<(usize, mbr::Entry), EditError> {
+) -> Result<(usize, mbr::MbrEntry), EditError> {
     let found = (0..4).find_map(|s| {
         let e = mbr::entry_at(sector, s)?;
         let here = u64::from(e.start_lba).checked_add(ebr_lba) == Some(p.start);
@@ -288,10 +288,10 @@ fn mbr_u32(p: &Partition, v: Option<u64>) -> Result<u32, EditError> {
 mod tests {
     use super::*;
     use crate::table::fixtures::{edit_header, gpt_image, mbr_entry, mbr_extended};
-    use crate::table::{read, write::encode};
+    use crate::table::{read, write::encode_table};
 
     fn apply(img: &mut [u8], table: &TableBytes) {
-        for c in encode(table) {
+        for c in encode_table(table) {
             img[c.offset as usize..c.offset as usize + c.bytes.len()].copy_from_slice(&c.bytes);
         }
     }

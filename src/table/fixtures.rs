@@ -4,10 +4,10 @@ use super::gpt::{self, header_crc_of, Guid};
 use super::mbr;
 
 /// Linux filesystem data, 0FC63DAF-8483-4772-8E79-3D69D8477DE4, as stored.
-pub const LINUX: [u8; 16] = [
+pub(crate) const LINUX: [u8; 16] = [
     0xAF, 0x3D, 0xC6, 0x0F, 0x83, 0x84, 0x72, 0x47, 0x8E, 0x79, 0x3D, 0x69, 0xD8, 0x47, 0x7D, 0xE4,
 ];
-pub const DISK_GUID: [u8; 16] = [7; 16];
+pub(crate) const DISK_GUID: [u8; 16] = [7; 16];
 
 fn put(img: &mut [u8], at: usize, bytes: &[u8]) {
     img[at..at + bytes.len()].copy_from_slice(bytes);
@@ -22,13 +22,13 @@ fn at(lba: u64, ss: u64) -> usize {
 pub fn mbr_entry(img: &mut [u8], base: usize, slot: usize, kind: u8, start: u32, sectors: u32) {
     let record = &mut img[base..];
     let e = mbr::entry_at(record, slot).unwrap();
-    mbr::put_entry(record, slot, &mbr::Entry { kind, start_lba: start, sectors, ..e });
+    mbr::put_entry(record, slot, &mbr::MbrEntry { kind, start_lba: start, sectors, ..e });
     mbr::sign(record);
 }
 
 /// 512 sectors: primary 1 (1+63), extended 2 (64+256) holding EBRs at
 /// 64, 128, 192 that describe logicals 65+63, 129+63, 193+100.
-pub fn mbr_extended() -> Vec<u8> {
+pub(crate) fn mbr_extended() -> Vec<u8> {
     let mut img = vec![0u8; 512 * 512];
     mbr_entry(&mut img, 0, 0, 0x83, 1, 63);
     mbr_entry(&mut img, 0, 1, 0x05, 64, 256);
@@ -43,12 +43,17 @@ pub fn mbr_extended() -> Vec<u8> {
 
 /// A GPT image with `sectors` sectors, 128 entries of `entry_size`
 /// bytes, and partitions (first, last, name) in slots 1, 2, ...
-pub fn gpt_image(ss: u64, sectors: u64, entry_size: u32, parts: &[(u64, u64, &str)]) -> Vec<u8> {
+pub(crate) fn gpt_image(
+    ss: u64,
+    sectors: u64,
+    entry_size: u32,
+    parts: &[(u64, u64, &str)],
+) -> Vec<u8> {
     let mut img = vec![0u8; at(sectors, ss)];
     mbr_entry(&mut img, 0, 0, 0xEE, 1, u32::try_from(sectors - 1).unwrap_or(u32::MAX));
     let mut array = vec![0u8; 128 * entry_size as usize];
     for (i, &(first_lba, last_lba, name)) in parts.iter().enumerate() {
-        let mut entry = gpt::Entry {
+        let mut entry = gpt::GptEntry {
             type_guid: Guid(LINUX),
             unique_guid: Guid([i as u8 + 1; 16]),
             first_lba,
@@ -89,7 +94,7 @@ pub fn gpt_image(ss: u64, sectors: u64, entry_size: u32, parts: &[(u64, u64, &st
 }
 
 /// Change the valid header at `lba` with `edit`, and reseal it.
-pub fn edit_header(img: &mut [u8], ss: u64, lba: u64, edit: impl FnOnce(&mut gpt::Header)) {
+pub(crate) fn edit_header(img: &mut [u8], ss: u64, lba: u64, edit: impl FnOnce(&mut gpt::Header)) {
     let h = at(lba, ss);
     let mut header = gpt::Header::parse(&img[h..h + ss as usize]).unwrap();
     edit(&mut header);
@@ -98,7 +103,7 @@ pub fn edit_header(img: &mut [u8], ss: u64, lba: u64, edit: impl FnOnce(&mut gpt
 }
 
 /// Change the boot record at byte `base` with `edit`.
-pub fn edit_record(img: &mut [u8], base: usize, edit: impl FnOnce(&mut mbr::Mbr)) {
+pub(crate) fn edit_record(img: &mut [u8], base: usize, edit: impl FnOnce(&mut mbr::Mbr)) {
     let mut record = mbr::Mbr::parse(&img[base..]).unwrap();
     edit(&mut record);
     record.encode_into(&mut img[base..]);

@@ -6,7 +6,7 @@
 use super::common::read_bytes;
 use super::error::TableError;
 use super::mbr::Mbr;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{Label, Layout};
 use crate::io::{le_u16, le_u32};
 
@@ -14,7 +14,7 @@ use crate::io::{le_u16, le_u32};
 /// the kernel where libblkid has none).
 pub struct Named {
     name: &'static str,
-    probe: fn(&Disk<'_>) -> bool,
+    probe: fn(&SchemeDisk<'_>) -> bool,
 }
 
 impl Scheme for Named {
@@ -26,7 +26,7 @@ impl Scheme for Named {
         false
     }
 
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         if !(self.probe)(disk) {
             return Ok(Found::No);
         }
@@ -52,37 +52,37 @@ pub static LDM: Named = Named { name: "ldm", probe: ldm };
 
 /// NEC PC-98, by parted's test: 512-byte sectors and a PC-98 boot
 /// loader's signature.
-pub static PC98: Named = Named { name: "pc98", probe: pc98 };
+pub(crate) static PC98: Named = Named { name: "pc98", probe: pc98 };
 
 /// A DEC Ultrix label at the end of sector 31.
-pub static ULTRIX: Named = Named { name: "ultrix", probe: ultrix };
+pub(crate) static ULTRIX: Named = Named { name: "ultrix", probe: ultrix };
 
 /// A Rio Karma label (magic 0xAB56 at byte 510) with a partition the
 /// kernel would create.
-pub static KARMA: Named = Named { name: "karma", probe: karma };
+pub(crate) static KARMA: Named = Named { name: "karma", probe: karma };
 
 /// A Motorola SYSV68 volume id.
-pub static SYSV68: Named =
+pub(crate) static SYSV68: Named =
     Named { name: "sysv68", probe: |disk| disk.sector0.get(248..256) == Some(b"MOTOROLA") };
 
-fn ldm(disk: &Disk<'_>) -> bool {
+fn ldm(disk: &SchemeDisk<'_>) -> bool {
     Mbr::parse(&disk.sector0).is_some_and(|mbr| mbr.entries.iter().any(|e| e.kind == 0x42))
         && read_bytes(disk.dev, 6 * 512, 8).ok().flatten().is_some_and(|h| h == b"PRIVHEAD")
 }
 
-fn pc98(disk: &Disk<'_>) -> bool {
+fn pc98(disk: &SchemeDisk<'_>) -> bool {
     let ipl = [&b"IPL1"[..], b"Linux 98", b"GRUB/98 "];
     disk.sector_size == 512
         && Mbr::parse(&disk.sector0).is_some()
         && ipl.iter().any(|sig| disk.sector0.get(4..4 + sig.len()) == Some(*sig))
 }
 
-fn ultrix(disk: &Disk<'_>) -> bool {
+fn ultrix(disk: &SchemeDisk<'_>) -> bool {
     let Ok(Some(s)) = read_bytes(disk.dev, 31 * 512, 512) else { return false };
     le_u32(&s, 440) == Some(0x0003_2957) && le_u32(&s, 444) == Some(1)
 }
 
-fn karma(disk: &Disk<'_>) -> bool {
+fn karma(disk: &SchemeDisk<'_>) -> bool {
     let s = &disk.sector0;
     let used = |at: usize| s.get(at + 4) == Some(&0x4D) && le_u32(s, at + 12) > Some(0);
     le_u16(s, 510) == Some(0xAB56) && (used(270) || used(286))

@@ -2,9 +2,9 @@
 //! a copy of the partition entry array.
 
 use super::error::TableError;
-pub use super::error::{CopyError, HeaderError};
+pub(crate) use super::error::{CopyError, HeaderError};
 use super::mbr::Mbr;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{GptInfo, Label, Layout, PartKind, Partition, Problem};
 
 use crate::io::{le_u32, le_u64, read_lba, read_sectors, ReadAt};
@@ -12,11 +12,11 @@ use std::fmt;
 
 pub const SIGNATURE: &[u8; 8] = b"EFI PART";
 /// UEFI revision 1.0; any 1.x minor revision reads the same.
-pub const REVISION: u32 = 0x0001_0000;
+pub(crate) const REVISION: u32 = 0x0001_0000;
 /// Bytes of the header we know; the rest of its sector is reserved.
 pub const HEADER_SIZE: u32 = 92;
 /// The only entry size Linux accepts; UEFI allows 128 * 2^n.
-pub const ENTRY_SIZE: u32 = 128;
+pub(crate) const ENTRY_SIZE: u32 = 128;
 /// Bigger entry arrays are treated as corrupt headers.
 pub const MAX_ENTRIES_BYTES: u64 = 16 << 20;
 /// Offset of the header CRC, zeroed while computing it.
@@ -25,7 +25,7 @@ const HEADER_BYTES: usize = HEADER_SIZE as usize;
 const ENTRY_BYTES: usize = ENTRY_SIZE as usize;
 /// The entry array a new table gets: 128 entries of 128 bytes, as every
 /// tool writes it.
-pub const NEW_ARRAY_BYTES: u64 = 128 * 128;
+pub(crate) const NEW_ARRAY_BYTES: u64 = 128 * 128;
 
 /// A GUID as stored: the first three fields little-endian.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -36,7 +36,7 @@ impl Guid {
         Some(Guid(raw.get(..16)?.try_into().ok()?))
     }
 
-    pub fn is_zero(&self) -> bool {
+    pub(crate) fn is_zero(&self) -> bool {
         self.0 == [0; 16]
     }
 }
@@ -150,7 +150,7 @@ impl Header {
 
     /// The 92 bytes we know, every field as it is (the CRC too: see
     /// [`Header::seal`]); `parse` reads them back.
-    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+    pub(crate) fn encode(&self) -> [u8; HEADER_BYTES] {
         let mut raw = [0u8; HEADER_BYTES];
         put(&mut raw, 0, SIGNATURE);
         put(&mut raw, 8, &self.revision.to_le_bytes());
@@ -170,12 +170,12 @@ impl Header {
 
     /// Set the header CRC to that of the encoded header (which is the
     /// whole header when `header_size` is [`HEADER_SIZE`]).
-    pub fn seal(&mut self) {
+    pub(crate) fn seal(&mut self) {
         self.header_crc = header_crc_of(&self.encode());
     }
 
     /// Bytes of the entry array (cannot overflow: both factors are u32).
-    pub fn entries_bytes(&self) -> u64 {
+    pub(crate) fn entries_bytes(&self) -> u64 {
         u64::from(self.entry_count) * u64::from(self.entry_size)
     }
 }
@@ -193,7 +193,7 @@ pub fn header_crc_of(raw: &[u8]) -> u32 {
 
 /// One partition entry, every field as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Entry {
+pub struct GptEntry {
     pub type_guid: Guid,
     pub unique_guid: Guid,
     pub first_lba: u64,
@@ -203,15 +203,15 @@ pub struct Entry {
     pub name: [u16; 36],
 }
 
-impl Entry {
+impl GptEntry {
     /// Decode an entry; None when `raw` is shorter than 128 bytes.
-    pub fn parse(raw: &[u8]) -> Option<Entry> {
+    pub fn parse(raw: &[u8]) -> Option<GptEntry> {
         let mut name = [0u16; 36];
         let units = raw.get(56..128)?.chunks_exact(2);
         for (unit, pair) in name.iter_mut().zip(units) {
             *unit = u16::from_le_bytes([*pair.first()?, *pair.get(1)?]);
         }
-        Some(Entry {
+        Some(GptEntry {
             type_guid: Guid::parse(raw)?,
             unique_guid: Guid::parse(raw.get(16..)?)?,
             first_lba: le_u64(raw, 32)?,
@@ -223,7 +223,7 @@ impl Entry {
 
     /// The 128 bytes `parse` reads back; bytes of a larger entry past them
     /// are not ours to write.
-    pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+    pub(crate) fn encode(&self) -> [u8; ENTRY_BYTES] {
         let mut raw = [0u8; ENTRY_BYTES];
         put(&mut raw, 0, &self.type_guid.0);
         put(&mut raw, 16, &self.unique_guid.0);
@@ -237,7 +237,7 @@ impl Entry {
     }
 
     /// Store `name` as UTF-16, cut to the 36 units an entry holds.
-    pub fn set_name(&mut self, name: &str) {
+    pub(crate) fn set_name(&mut self, name: &str) {
         self.name = [0; 36];
         for (unit, u) in self.name.iter_mut().zip(name.encode_utf16()) {
             *unit = u;
@@ -260,7 +260,7 @@ impl Entry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Table {
     pub header: Header,
-    pub entries: Vec<Entry>,
+    pub entries: Vec<GptEntry>,
 }
 
 /// Read and check the copy whose header sits at `lba`. The error says why
@@ -303,7 +303,11 @@ fn check_header(h: &Header, lba: u64, sector_size: u64, sectors: u64) -> Result<
     Ok(())
 }
 
-fn read_entries(dev: &dyn ReadAt, h: &Header, sector_size: u64) -> Result<Vec<Entry>, CopyError> {
+fn read_entries(
+    dev: &dyn ReadAt,
+    h: &Header,
+    sector_size: u64,
+) -> Result<Vec<GptEntry>, CopyError> {
     let lba = h.entries_lba;
     let count = h.entries_bytes().div_ceil(sector_size);
     let raw = read_sectors(dev, lba, count, sector_size)
@@ -316,7 +320,10 @@ fn read_entries(dev: &dyn ReadAt, h: &Header, sector_size: u64) -> Result<Vec<En
         return Err(CopyError::ArrayCrc { stored: h.entries_crc, computed });
     }
     let size = usize::try_from(h.entry_size).map_err(|_| CopyError::EntryBytes)?;
-    array.chunks_exact(size).map(|raw| Entry::parse(raw).ok_or(CopyError::EntryTruncated)).collect()
+    array
+        .chunks_exact(size)
+        .map(|raw| GptEntry::parse(raw).ok_or(CopyError::EntryTruncated))
+        .collect()
 }
 
 /// The GUID partition table, behind its protective MBR.
@@ -329,7 +336,7 @@ impl Scheme for Gpt {
 
     /// Read when an MBR guards it with a 0xEE entry, or when no MBR is in
     /// use and LBA 1 holds a valid GPT (which Linux ignores without `gpt`).
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         let mbr = Mbr::parse(&disk.sector0);
         let guarded = mbr.as_ref().is_some_and(Mbr::guards_gpt);
         let mbr_in_use = mbr.as_ref().is_some_and(Mbr::in_use);
@@ -480,7 +487,12 @@ fn check_placement(h: &Header, used_backup: bool, sectors: u64, problems: &mut V
 }
 
 /// The partition in entry `slot`, if used and sane.
-fn partition(slot: u32, e: &Entry, h: &Header, problems: &mut Vec<Problem>) -> Option<Partition> {
+fn partition(
+    slot: u32,
+    e: &GptEntry,
+    h: &Header,
+    problems: &mut Vec<Problem>,
+) -> Option<Partition> {
     if !e.is_used() {
         return None;
     }
@@ -554,14 +566,14 @@ mod tests {
 
         #[test]
         fn entry_round_trips(raw in proptest::collection::vec(any::<u8>(), 128)) {
-            let e = Entry::parse(&raw).unwrap();
+            let e = GptEntry::parse(&raw).unwrap();
             prop_assert_eq!(e.encode().to_vec(), raw);
-            prop_assert_eq!(Entry::parse(&e.encode()), Some(e));
+            prop_assert_eq!(GptEntry::parse(&e.encode()), Some(e));
         }
 
         #[test]
         fn names_are_cut_to_36_units(name in "\\PC{0,40}") {
-            let mut e = Entry::parse(&[0u8; 128]).unwrap();
+            let mut e = GptEntry::parse(&[0u8; 128]).unwrap();
             e.set_name(&name);
             let units: Vec<u16> = name.encode_utf16().take(36).collect();
             let want = String::from_utf16_lossy(&units);

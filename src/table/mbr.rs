@@ -2,7 +2,7 @@
 
 use super::common::{holds_iso, read_bytes, VTOC_SANE};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{bsd, types, Label, Layout, MbrInfo, PartKind, Partition, Problem};
 
 use crate::io::{le_u16, le_u32, read_lba, ReadAt};
@@ -14,18 +14,18 @@ pub const SIGNATURE: u16 = 0xAA55;
 const SIGNATURE_AT: usize = 510;
 const DISK_SIGNATURE_AT: usize = 440;
 /// Offset of the four partition entries.
-pub const ENTRIES_OFFSET: usize = 446;
-pub const ENTRY_SIZE: usize = 16;
+pub(crate) const ENTRIES_OFFSET: usize = 446;
+pub(crate) const ENTRY_SIZE: usize = 16;
 /// Type of the entry guarding a GPT.
-pub const TYPE_GPT: u8 = 0xEE;
+pub(crate) const TYPE_GPT: u8 = 0xEE;
 /// Types that make an entry an extended container.
-pub const EXTENDED_TYPES: [u8; 3] = [0x05, 0x0F, 0x85];
+pub(crate) const EXTENDED_TYPES: [u8; 3] = [0x05, 0x0F, 0x85];
 /// Longer EBR chains are treated as corrupt.
-pub const MAX_EBRS: usize = 1024;
+pub(crate) const MAX_EBRS: usize = 1024;
 
 /// One 16-byte partition entry, every field as stored.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Entry {
+pub struct MbrEntry {
     pub boot: u8,
     pub chs_first: [u8; 3],
     pub kind: u8,
@@ -34,11 +34,11 @@ pub struct Entry {
     pub sectors: u32,
 }
 
-impl Entry {
+impl MbrEntry {
     /// Decode an entry; None when `raw` is shorter than 16 bytes.
-    pub fn parse(raw: &[u8]) -> Option<Entry> {
+    pub fn parse(raw: &[u8]) -> Option<MbrEntry> {
         let raw: &[u8; ENTRY_SIZE] = raw.get(..ENTRY_SIZE)?.try_into().ok()?;
-        Some(Entry {
+        Some(MbrEntry {
             boot: raw[0],
             chs_first: [raw[1], raw[2], raw[3]],
             kind: raw[4],
@@ -49,7 +49,7 @@ impl Entry {
     }
 
     /// The 16 bytes `parse` reads back.
-    pub fn encode(&self) -> [u8; ENTRY_SIZE] {
+    pub(crate) fn encode(&self) -> [u8; ENTRY_SIZE] {
         let mut raw = [0u8; ENTRY_SIZE];
         raw[0] = self.boot;
         raw[1..4].copy_from_slice(&self.chs_first);
@@ -62,8 +62,8 @@ impl Entry {
 
     /// A new entry: type, start and size as stored (relative where EBRs
     /// need it), CHS from the absolute LBA `abs_start`.
-    pub fn new(kind: u8, start: u32, sectors: u32, abs_start: u64) -> Entry {
-        let mut e = Entry { kind, sectors, ..Entry::default() };
+    pub fn new(kind: u8, start: u32, sectors: u32, abs_start: u64) -> MbrEntry {
+        let mut e = MbrEntry { kind, sectors, ..MbrEntry::default() };
         e.place(start, abs_start);
         e
     }
@@ -82,7 +82,7 @@ impl Entry {
         self.sectors == 0
     }
 
-    pub fn is_extended(&self) -> bool {
+    pub(crate) fn is_extended(&self) -> bool {
         EXTENDED_TYPES.contains(&self.kind)
     }
 
@@ -95,7 +95,7 @@ impl Entry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Mbr {
     pub disk_signature: u32,
-    pub entries: [Entry; 4],
+    pub entries: [MbrEntry; 4],
 }
 
 impl Mbr {
@@ -113,7 +113,7 @@ impl Mbr {
 
     /// Store the record in `sector` (at least 512 bytes), signed; the boot
     /// code around it stays.
-    pub fn encode_into(&self, sector: &mut [u8]) {
+    pub(crate) fn encode_into(&self, sector: &mut [u8]) {
         sector[DISK_SIGNATURE_AT..DISK_SIGNATURE_AT + 4]
             .copy_from_slice(&self.disk_signature.to_le_bytes());
         for (slot, e) in self.entries.iter().enumerate() {
@@ -123,7 +123,7 @@ impl Mbr {
     }
 
     /// Holds a 0xEE entry, protective or hybrid.
-    pub fn guards_gpt(&self) -> bool {
+    pub(crate) fn guards_gpt(&self) -> bool {
         self.entries.iter().any(|e| e.kind == TYPE_GPT)
     }
 
@@ -134,12 +134,12 @@ impl Mbr {
 
     /// Every boot indicator is 0x00 or 0x80: without this the kernel and
     /// libblkid take sector 0 for boot code (a file system's boot sector).
-    pub fn boot_indicators_valid(&self) -> bool {
+    pub(crate) fn boot_indicators_valid(&self) -> bool {
         self.entries.iter().all(|e| e.boot == 0 || e.boot == 0x80)
     }
 
     /// Facts about an MBR sitting in front of a GPT, with its problems.
-    pub fn gpt_guard_info(&self, problems: &mut Vec<Problem>) -> MbrInfo {
+    pub(crate) fn gpt_guard_info(&self, problems: &mut Vec<Problem>) -> MbrInfo {
         let guard = self.entries.iter().find(|e| e.kind == TYPE_GPT);
         // As Linux's is_pmbr_valid: any other entry of a non-zero type.
         let others = self.entries.iter().any(|e| e.kind != 0 && e.kind != TYPE_GPT);
@@ -170,19 +170,19 @@ impl Mbr {
     }
 }
 
-/// Entry `slot` of the boot record in `sector`, signed or not.
-pub fn entry_at(sector: &[u8], slot: usize) -> Option<Entry> {
-    Entry::parse(sector.get(ENTRIES_OFFSET + slot * ENTRY_SIZE..)?)
+/// MbrEntry `slot` of the boot record in `sector`, signed or not.
+pub(crate) fn entry_at(sector: &[u8], slot: usize) -> Option<MbrEntry> {
+    MbrEntry::parse(sector.get(ENTRIES_OFFSET + slot * ENTRY_SIZE..)?)
 }
 
 /// Store `e` as entry `slot` of the boot record in `sector`.
-pub fn put_entry(sector: &mut [u8], slot: usize, e: &Entry) {
+pub(crate) fn put_entry(sector: &mut [u8], slot: usize, e: &MbrEntry) {
     let at = ENTRIES_OFFSET + slot * ENTRY_SIZE;
     sector[at..at + ENTRY_SIZE].copy_from_slice(&e.encode());
 }
 
 /// Put the 0x55AA signature at the end of the boot record in `sector`.
-pub fn sign(sector: &mut [u8]) {
+pub(crate) fn sign(sector: &mut [u8]) {
     sector[SIGNATURE_AT..SIGNATURE_AT + 2].copy_from_slice(&SIGNATURE.to_le_bytes());
 }
 
@@ -208,7 +208,7 @@ impl Scheme for Dos {
     }
 
     /// Without valid boot indicators sector 0 is boot code, not a table.
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         let Some(mbr) = Mbr::parse(&disk.sector0).filter(Mbr::boot_indicators_valid) else {
             return Ok(Found::No);
         };
@@ -220,7 +220,11 @@ impl Scheme for Dos {
 /// sector 0 is a file system's boot sector rather than a table (then only
 /// `layout.contents` and the kernel's view of it are filled). A hybrid ISO's GPT is noted as intentional, any
 /// other GPT behind a MBR without a 0xEE entry as stale.
-fn read_with_checks(disk: &Disk<'_>, mbr: &Mbr, layout: &mut Layout) -> Result<bool, TableError> {
+fn read_with_checks(
+    disk: &SchemeDisk<'_>,
+    mbr: &Mbr,
+    layout: &mut Layout,
+) -> Result<bool, TableError> {
     let (dev, sectors, size_bytes) = (disk.dev, disk.sectors, disk.size_bytes);
     if let Some(fs) = boot_sector_filesystem(dev, size_bytes)? {
         if mbr.in_use() {
@@ -358,9 +362,9 @@ pub fn nested(dev: &dyn ReadAt, slice: &Partition, sector_size: u64) -> Option<&
 }
 
 /// MBR types of slices holding a BSD disklabel (FreeBSD, OpenBSD, NetBSD).
-pub const BSD_TYPES: [u8; 3] = [0xA5, 0xA6, 0xA9];
+pub(crate) const BSD_TYPES: [u8; 3] = [0xA5, 0xA6, 0xA9];
 
-fn partition(number: u32, start: u64, e: &Entry, kind: PartKind, ebr: Option<u64>) -> Partition {
+fn partition(number: u32, start: u64, e: &MbrEntry, kind: PartKind, ebr: Option<u64>) -> Partition {
     Partition {
         number,
         start,
@@ -464,7 +468,7 @@ impl<'a> Chain<'a> {
 
     /// Linux's test for data entries in slots 3 and 4: inside the link's
     /// span and inside the extended partition.
-    fn fits(&self, lba: u64, span: u64, e: &Entry) -> bool {
+    fn fits(&self, lba: u64, span: u64, e: &MbrEntry) -> bool {
         let (offset, size) = (u64::from(e.start_lba), u64::from(e.sectors));
         let start = lba.saturating_add(offset);
         offset.saturating_add(size) <= span
@@ -473,7 +477,7 @@ impl<'a> Chain<'a> {
     }
 
     /// Record a logical partition described by the EBR at `lba`.
-    fn add_logical(&mut self, lba: u64, data: &Entry) {
+    fn add_logical(&mut self, lba: u64, data: &MbrEntry) {
         let number = self.next;
         self.next = self.next.saturating_add(1);
         // lba is below the device's sector count, so adding a u32 cannot overflow.
@@ -491,7 +495,7 @@ impl<'a> Chain<'a> {
 
     /// Where `link` (relative to the extended start) points. Linux follows
     /// a link outside the extended partition too, so we do, saying so.
-    fn link_target(&mut self, lba: u64, link: &Entry) -> Option<(u64, u64)> {
+    fn link_target(&mut self, lba: u64, link: &MbrEntry) -> Option<(u64, u64)> {
         let next = self.ext_start.saturating_add(u64::from(link.start_lba));
         if next >= self.ext_end {
             let msg = format!(
@@ -539,9 +543,9 @@ mod tests {
     proptest! {
         #[test]
         fn entry_round_trips(raw in any::<[u8; 16]>()) {
-            let e = Entry::parse(&raw).unwrap();
+            let e = MbrEntry::parse(&raw).unwrap();
             prop_assert_eq!(e.encode(), raw);
-            prop_assert_eq!(Entry::parse(&e.encode()), Some(e));
+            prop_assert_eq!(MbrEntry::parse(&e.encode()), Some(e));
         }
 
         /// The MBR and the EBR share one layout: boot code and the bytes
@@ -564,7 +568,7 @@ mod tests {
         assert_eq!(chs(0), [0, 1, 0]);
         assert_eq!(chs(2048), [32, 33, 0]);
         assert_eq!(chs(1 << 30), [0xFE, 0xFF, 0xFF]);
-        let e = Entry::new(0x83, 2048, 1, 2048);
+        let e = MbrEntry::new(0x83, 2048, 1, 2048);
         assert_eq!((e.chs_first, e.chs_last, e.boot), ([32, 33, 0], [32, 33, 0], 0));
     }
 

@@ -33,6 +33,8 @@ pub(crate) mod fixtures;
 #[cfg(test)]
 mod tests;
 
-pub use detect::{detect_sector_size, holds_no_data, read, written_for};
+pub(crate) use detect::written_for;
+pub use detect::{detect_sector_size, holds_no_data, read};
 pub use error::TableError;
-pub use layout::{GptInfo, Label, Layout, MbrInfo, PartKind, Partition, Problem, Severity};
+pub(crate) use layout::{GptInfo, MbrInfo, Problem, Severity};
+pub use layout::{Label, Layout, PartKind, Partition};

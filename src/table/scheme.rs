@@ -9,7 +9,7 @@ use crate::io::ReadAt;
 
 /// What every reader is given: the device and what the dispatcher read
 /// of it first.
-pub struct Disk<'a> {
+pub struct SchemeDisk<'a> {
     pub dev: &'a dyn ReadAt,
     /// The logical sector size (512..=4096, a power of two).
     pub sector_size: u64,
@@ -50,7 +50,7 @@ pub trait Scheme: Sync {
     /// Probe `disk` and, when it holds this scheme's table, read it into
     /// `layout`. Errors are I/O errors or a table with no usable copy;
     /// bytes that are not this scheme's are `Found::No`.
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError>;
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError>;
 
     /// `p` is one of this scheme's entries that holds no data of its own
     /// by the label's custom (Sun's whole-disk entry, SGI's volume, a BSD

@@ -3,7 +3,7 @@
 
 use super::common::{in_logical_sectors, read_bytes};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::be_u32;
 use crate::io::ReadAt;
@@ -11,17 +11,17 @@ use crate::io::ReadAt;
 const MAGIC: u32 = 0x0BE5_A941;
 /// The type of the entry that covers the whole disk (partition 11 by
 /// custom, "volume"); the volume header itself (partition 9) is type 0.
-pub const VOLUME: &str = "0x06";
+pub(crate) const VOLUME: &str = "0x06";
 
 /// The SGI disk volume header.
-pub struct Sgi;
+pub(crate) struct Sgi;
 
 impl Scheme for Sgi {
     fn name(&self) -> &'static str {
         "sgi"
     }
 
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
     }
 
@@ -81,7 +81,7 @@ fn sum_of(label: &[u8]) -> u32 {
 pub(crate) mod fixtures {
     /// An SGI disk of `sectors` 512-byte sectors with (slot, start, size,
     /// type) entries.
-    pub fn sgi_image(sectors: usize, parts: &[(usize, u32, u32, u32)]) -> Vec<u8> {
+    pub(crate) fn sgi_image(sectors: usize, parts: &[(usize, u32, u32, u32)]) -> Vec<u8> {
         let mut img = vec![0u8; sectors * 512];
         img[..4].copy_from_slice(&super::MAGIC.to_be_bytes());
         for &(slot, start, size, kind) in parts {
@@ -95,7 +95,7 @@ pub(crate) mod fixtures {
     }
 
     /// Recompute the checksum at byte 504.
-    pub fn seal(img: &mut [u8]) {
+    pub(crate) fn seal(img: &mut [u8]) {
         img[504..508].fill(0);
         let sum = super::sum_of(&img[..512]);
         img[504..508].copy_from_slice(&0u32.wrapping_sub(sum).to_be_bytes());

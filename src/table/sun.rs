@@ -3,7 +3,7 @@
 
 use super::common::{in_logical_sectors, libblkid_differs, read_bytes, VTOC_SANE};
 use super::error::TableError;
-use super::scheme::{Disk, Found, Scheme};
+use super::scheme::{Found, Scheme, SchemeDisk};
 use super::{Label, Layout, PartKind, Partition, Problem};
 use crate::io::ReadAt;
 use crate::io::{be_u16, be_u32};
@@ -11,7 +11,7 @@ use crate::io::{be_u16, be_u32};
 pub(crate) const MAGIC: u16 = 0xDABE;
 /// The type of the entry that covers the whole disk (slice 2 by custom):
 /// VTOC tag 5. Linux makes a partition of it; libblkid leaves it out.
-pub const WHOLE_DISK: &str = "0x05";
+pub(crate) const WHOLE_DISK: &str = "0x05";
 
 /// The Sun VTOC label.
 pub struct Sun;
@@ -21,7 +21,7 @@ impl Scheme for Sun {
         "sun"
     }
 
-    fn read(&self, disk: &Disk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
+    fn read(&self, disk: &SchemeDisk<'_>, layout: &mut Layout) -> Result<Found, TableError> {
         Ok(if read_into(disk.dev, layout)? { Found::Table } else { Found::No })
     }
 
@@ -102,7 +102,7 @@ fn partitions(label: &[u8], layout: &mut Layout) -> Vec<Partition> {
 pub(crate) mod fixtures {
     /// A Sun label of `sectors` 512-byte sectors, 16 heads of 63 sectors
     /// (1008 a cylinder), with (slot, start cylinder, size, tag) entries.
-    pub fn sun_image(sectors: usize, parts: &[(usize, u32, u32, u16)]) -> Vec<u8> {
+    pub(crate) fn sun_image(sectors: usize, parts: &[(usize, u32, u32, u16)]) -> Vec<u8> {
         let mut img = vec![0u8; sectors * 512];
         img[128..132].copy_from_slice(&1u32.to_be_bytes());
         img[140..142].copy_from_slice(&8u16.to_be_bytes());
@@ -120,7 +120,7 @@ pub(crate) mod fixtures {
     }
 
     /// Recompute the checksum in bytes 510-511.
-    pub fn seal(img: &mut [u8]) {
+    pub(crate) fn seal(img: &mut [u8]) {
         img[510..512].fill(0);
         let sum = super::xor_of(&img[..512]);
         img[510..512].copy_from_slice(&sum.to_be_bytes());

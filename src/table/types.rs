@@ -25,13 +25,13 @@ const TYPES: &[(&[&str], Option<u8>, Option<&str>)] = &[
 ];
 
 /// The MBR code and GPT GUID of a type name (lower case).
-pub fn by_name(name: &str) -> Option<(Option<u8>, Option<&'static str>)> {
+pub(crate) fn by_name(name: &str) -> Option<(Option<u8>, Option<&'static str>)> {
     TYPES.iter().find(|(names, _, _)| names.contains(&name)).map(|(_, mbr, gpt)| (*mbr, *gpt))
 }
 
 /// An MBR type code as "83" or "0x83" (one or two hex digits, either
 /// case); None for anything else and for 0, which marks an unused entry.
-pub fn parse_mbr_code(text: &str) -> Option<u8> {
+pub(crate) fn parse_mbr_code(text: &str) -> Option<u8> {
     let hex = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")).unwrap_or(text);
     let digits = (1..=2).contains(&hex.len()) && hex.bytes().all(|c| c.is_ascii_hexdigit());
     digits.then(|| u8::from_str_radix(hex, 16).ok()).flatten().filter(|&c| c != 0)

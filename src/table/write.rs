@@ -55,7 +55,7 @@ pub enum TableBytes {
 
 /// The writes that put `table` on a disk, in the order to make them (each
 /// followed by a flush).
-pub fn encode(table: &TableBytes) -> Vec<Chunk> {
+pub fn encode_table(table: &TableBytes) -> Vec<Chunk> {
     match table {
         TableBytes::Gpt(g) => encode_gpt(g),
         TableBytes::Mbr(m) => encode_mbr(m),
@@ -182,13 +182,13 @@ pub fn boot_sector(sector_size: u64) -> Vec<u8> {
 /// flag stays.
 pub fn mbr_entry(sector: &mut [u8], slot: usize, kind: u8, start: u32, size: u32, abs_start: u64) {
     let boot = mbr::entry_at(sector, slot).map_or(0, |e| e.boot);
-    let e = mbr::Entry { boot, ..mbr::Entry::new(kind, start, size, abs_start) };
+    let e = mbr::MbrEntry { boot, ..mbr::MbrEntry::new(kind, start, size, abs_start) };
     mbr::put_entry(sector, slot, &e);
 }
 
 /// A new GPT on a disk of `total_sectors`, with usable LBAs `usable`, and
 /// `ids` for its GUIDs. Partition N goes in entry N so numbers stay stable.
-pub fn new_gpt(
+pub(crate) fn new_gpt(
     sector_size: u64,
     total_sectors: u64,
     usable: (u64, u64),
@@ -202,7 +202,7 @@ pub fn new_gpt(
     let last = total_sectors - 1;
     let size = last.min(u64::from(u32::MAX)) as u32;
     let mut guard = mbr::Mbr::default();
-    guard.entries[0] = mbr::Entry::new(mbr::TYPE_GPT, 1, size, 1);
+    guard.entries[0] = mbr::MbrEntry::new(mbr::TYPE_GPT, 1, size, 1);
     let mut pmbr = vec![0u8; sector_size as usize];
     guard.encode_into(&mut pmbr);
     Ok(GptBytes {
@@ -228,7 +228,7 @@ fn entry_array(partitions: &[Partition], ids: &Ids) -> Result<Vec<u8>, WriteErro
         let (Some(slot), Some(type_guid)) = (slot, kind) else {
             return Err(WriteError::Type(p.number, p.type_id.clone()));
         };
-        let mut entry = gpt::Entry {
+        let mut entry = gpt::GptEntry {
             type_guid,
             unique_guid: Guid(*guid),
             first_lba: p.start,
@@ -244,7 +244,7 @@ fn entry_array(partitions: &[Partition], ids: &Ids) -> Result<Vec<u8>, WriteErro
 
 /// A new MBR holding `partitions` (primaries and the extended one by
 /// number, logicals through one EBR each), signed `ids.mbr_signature`.
-pub fn new_mbr(
+pub(crate) fn new_mbr(
     sector_size: u64,
     total_sectors: u64,
     partitions: &[Partition],
@@ -257,7 +257,7 @@ pub fn new_mbr(
             return Err(WriteError::Type(p.number, p.type_id.clone()));
         };
         record.entries[slot] =
-            mbr::Entry::new(kind, u32_of(p, p.start)?, u32_of(p, p.size)?, p.start);
+            mbr::MbrEntry::new(kind, u32_of(p, p.start)?, u32_of(p, p.size)?, p.start);
     }
     let mut sector = vec![0u8; sector_size as usize];
     record.encode_into(&mut sector);
@@ -283,12 +283,12 @@ fn ebrs(sector_size: u64, partitions: &[Partition]) -> Result<Vec<(u64, Vec<u8>)
         let kind = mbr_code(p).ok_or_else(|| WriteError::Type(p.number, p.type_id.clone()))?;
         let mut record = mbr::Mbr::default();
         let (start, size) = (u32_of(p, p.start - ebr)?, u32_of(p, p.size)?);
-        record.entries[0] = mbr::Entry::new(kind, start, size, p.start);
+        record.entries[0] = mbr::MbrEntry::new(kind, start, size, p.start);
         if let Some(next) = logicals.get(i + 1) {
             let next_ebr = next.ebr.ok_or(WriteError::MbrRange(next.number))?;
             let span = u32_of(next, next.start + next.size - next_ebr)?;
             let link = u32_of(next, next_ebr - ext.start)?;
-            record.entries[1] = mbr::Entry::new(0x05, link, span, next_ebr);
+            record.entries[1] = mbr::MbrEntry::new(0x05, link, span, next_ebr);
         }
         let mut sector = vec![0u8; sector_size as usize];
         record.encode_into(&mut sector);

@@ -2,7 +2,8 @@
 //! module imports one above it (test code aside), every module has a layer,
 //! no CLI subcommand imports another's file, and no file imports itself
 //! back through others. And the test harness: every integration test is in
-//! a module's `tests![...]` list.
+//! a module's `tests![...]` list. And the public API: every item at the
+//! crate root is one ARCHITECTURE.md lists, and the examples use only those.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -15,6 +16,10 @@ tests![
     use_paths_reads_groups_renames_and_expressions,
     circles_are_found_through_re_exports,
     no_test_attribute_in_the_harness,
+    public_api_is_listed,
+    root_items_reads_uses_groups_renames_and_items,
+    examples_use_only_the_root,
+    no_two_public_types_share_a_name,
 ];
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -99,7 +104,8 @@ fn no_module_imports_a_layer_above_it() {
     let lib = fs::read_to_string(src.join("lib.rs")).unwrap();
     let declared: BTreeSet<String> = lib
         .lines()
-        .filter_map(|l| l.strip_prefix("pub mod "))
+        .map(|l| l.trim_start_matches("pub(crate) ").trim_start_matches("pub "))
+        .filter_map(|l| l.strip_prefix("mod "))
         .map(|l| l.trim_end_matches(';').to_string())
         .collect();
     let listed: BTreeSet<String> = layers.iter().cloned().collect();
@@ -561,4 +567,183 @@ fn no_test_attribute_in_the_harness() {
         })
         .collect();
     assert!(found.is_empty(), "#[test] where no harness reads it, list these instead: {found:?}");
+}
+
+/// The public API: the names between the markers in ARCHITECTURE.md, each
+/// in backticks.
+fn api_list() -> BTreeSet<String> {
+    let doc = fs::read_to_string(Path::new(ROOT).join("ARCHITECTURE.md")).unwrap();
+    let start = doc.find("<!-- api -->").expect("ARCHITECTURE.md has an api block");
+    let end = doc.find("<!-- /api -->").expect("the api block ends");
+    let block = &doc[start..end];
+    block.split('`').skip(1).step_by(2).map(str::to_string).collect()
+}
+
+/// What a crate root makes public: the name of each `pub` item (`pub fn`,
+/// `pub struct`, ..., a `pub mod` not marked `#[doc(hidden)]`) and each
+/// name a `pub use` gives (a group's items, a rename's new name, `*` for
+/// a glob); `pub(crate)` and private items aside.
+fn root_items(lib: &str) -> BTreeSet<String> {
+    let code = code(lib);
+    let mut out = BTreeSet::new();
+    // The root's statements: up to a `;` or a closing brace at depth 0.
+    let (mut depth, mut from) = (0usize, 0);
+    let mut statements = Vec::new();
+    for (i, c) in code.char_indices() {
+        match c {
+            '{' | '(' | '[' => depth += 1,
+            '}' | ')' | ']' => {
+                depth = depth.saturating_sub(1);
+                let head = code[from..i].split('{').next().unwrap_or_default();
+                let is_use = head.split_whitespace().any(|w| w == "use");
+                if depth == 0 && c == '}' && !is_use {
+                    statements.push(&code[from..=i]);
+                    from = i + 1;
+                }
+            }
+            ';' if depth == 0 => {
+                statements.push(&code[from..=i]);
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    for statement in statements {
+        let mut item = statement.trim();
+        let mut hidden = false;
+        while item.starts_with("#[") {
+            let end = item.find(']').map_or(item.len(), |i| i + 1);
+            hidden |= item[..end].replace(' ', "") == "#[doc(hidden)]";
+            item = item[end..].trim_start();
+        }
+        let Some(rest) = item.strip_prefix("pub ") else { continue };
+        if let Some(tree) = rest.strip_prefix("use ") {
+            let mut cursor = Cursor { text: tree, at: 0 };
+            let mut paths = Vec::new();
+            cursor.tree(Vec::new(), &mut paths);
+            for (path, alias) in paths {
+                let last = path.iter().rev().find(|w| *w != "self").cloned().unwrap_or_default();
+                out.insert(alias.unwrap_or(last));
+            }
+            continue;
+        }
+        let words: Vec<&str> = rest
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let kinds = ["mod", "fn", "struct", "enum", "union", "trait", "type", "const", "static"];
+        let Some(at) = words.iter().position(|w| kinds.contains(w)) else { continue };
+        // `pub const fn f`: the name follows the last keyword.
+        let at = if words.get(at + 1) == Some(&"fn") { at + 1 } else { at };
+        if words[at] == "mod" && hidden {
+            continue;
+        }
+        if let Some(name) = words.get(at + 1) {
+            out.insert(name.to_string());
+        }
+    }
+    out
+}
+
+/// Every item src/lib.rs makes public is listed in ARCHITECTURE.md's api
+/// block, and every name listed there is one: a new `pub` item at the
+/// root fails here until it is listed. The modules, `#[doc(hidden)]`, are
+/// the CLI's and are listed as layers instead.
+fn public_api_is_listed() {
+    let lib = fs::read_to_string(Path::new(ROOT).join("src/lib.rs")).unwrap();
+    let public = root_items(&lib);
+    let listed = api_list();
+    assert!(public.len() > 20, "src/lib.rs makes {} items public: {public:?}", public.len());
+    let unlisted: Vec<&String> = public.difference(&listed).collect();
+    let gone: Vec<&String> = listed.difference(&public).collect();
+    assert!(
+        unlisted.is_empty() && gone.is_empty(),
+        "public at the crate root but not in ARCHITECTURE.md's api block: {unlisted:?}; \
+         listed there but not public: {gone:?}"
+    );
+}
+
+fn root_items_reads_uses_groups_renames_and_items() {
+    let lib = "//! doc\n\
+        pub use a::{b, c as d, e::{f, self}};\n\
+        pub use g::h;\n\
+        pub use i::*;\n\
+        pub(crate) use j::k;\n\
+        use l::m;\n\
+        #[doc(hidden)]\npub mod hidden;\n\
+        pub mod shown;\n\
+        pub(crate) mod inner;\n\
+        #[derive(Debug)]\npub struct S { pub x: u8 }\n\
+        pub enum E { A, B }\n\
+        pub const fn cf() {}\n\
+        pub fn f2(x: u8) -> u8 { if x > 0 { x } else { 1 } }\n\
+        pub const C: u8 = 1;\n\
+        fn private() {}\n\
+        pub trait T { fn t(&self); }\n\
+        pub type A = u8; // pub fn commented() {}\n";
+    let got: Vec<String> = root_items(lib).into_iter().collect();
+    let want =
+        ["*", "A", "C", "E", "S", "T", "cf", "d", "b", "e", "f", "f2", "h", "shown"].map(String::from);
+    let mut want = want.to_vec();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+/// The examples show the library as an installer would use it: only the
+/// items at its root, no module paths.
+fn examples_use_only_the_root() {
+    let listed = api_list();
+    let mut sources = Vec::new();
+    files(&Path::new(ROOT).join("examples"), &mut sources);
+    assert!(sources.len() >= 2, "examples/ has {} files", sources.len());
+    let mut found = Vec::new();
+    for file in &sources {
+        let code = code(&fs::read_to_string(file).unwrap());
+        let mut rest = code.as_str();
+        while let Some(i) = rest.find("blkalign::") {
+            let mut cursor = Cursor { text: &rest[i..], at: 0 };
+            let mut paths = Vec::new();
+            cursor.tree(Vec::new(), &mut paths);
+            for (path, _) in paths {
+                if path.len() != 2 || !listed.contains(&path[1]) {
+                    found.push(format!("{}: {}", file.display(), path.join("::")));
+                }
+            }
+            rest = &rest[i + cursor.at.max(1)..];
+        }
+    }
+    assert!(found.is_empty(), "examples use what is not the root's API: {found:?}");
+}
+
+/// Distinct names for distinct things: no two `pub` types of the library
+/// (outside its unit tests) share a name, so a caller never has to tell
+/// `plan::Label` from `table::Label` by its path.
+fn no_two_public_types_share_a_name() {
+    let src = Path::new(ROOT).join("src");
+    let mut all = Vec::new();
+    files(&src, &mut all);
+    all.sort();
+    let kinds = ["struct", "enum", "trait", "type", "union"];
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in all.iter().filter(|f| !f.starts_with(src.join("cli")) && !test_only(f)) {
+        let text = fs::read_to_string(file).unwrap();
+        for line in code(production(&text)).lines() {
+            let Some(rest) = line.trim_start().strip_prefix("pub ") else { continue };
+            let mut words = rest.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+            if !words.next().is_some_and(|w| kinds.contains(&w)) {
+                continue;
+            }
+            if let Some(name) = words.next().filter(|n| !n.is_empty()) {
+                let place = file.strip_prefix(ROOT).unwrap().display().to_string();
+                seen.entry(name.to_string()).or_default().push(place);
+            }
+        }
+    }
+    assert!(seen.len() > 100, "{} public types found", seen.len());
+    let shared: Vec<String> = seen
+        .iter()
+        .filter(|(_, places)| places.len() > 1)
+        .map(|(name, places)| format!("{name}: {}", places.join(", ")))
+        .collect();
+    assert!(shared.is_empty(), "public types sharing a name:\n{}", shared.join("\n"));
 }

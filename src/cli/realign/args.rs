@@ -5,7 +5,7 @@
 use crate::cli::GeometryArgs;
 use blkalign::device::SysRoot;
 use blkalign::plan::Align;
-use blkalign::realign::session::{Options, Session};
+use blkalign::realign::session::{MoveOptions, Session};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -143,8 +143,8 @@ pub(super) fn open_session(root: SysRoot, path: &Path, args: &Args) -> anyhow::R
     Ok(Session::open(root, path, &overrides, args.geometry.trust_kernel)?)
 }
 
-pub(super) fn options(args: &Args) -> anyhow::Result<Options> {
-    Ok(Options {
+pub(super) fn options(args: &Args) -> anyhow::Result<MoveOptions> {
+    Ok(MoveOptions {
         to: args.to,
         align: args.align.parse::<Align>()?,
         force: args.force,

@@ -4,6 +4,7 @@
 //! is what the initramfs runs.
 
 use super::args::{open_session, options, Args};
+use super::words;
 use crate::cli::{emit, EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
 use blkalign::device::{SysRoot, TargetKind};
@@ -576,13 +577,14 @@ pub fn run_in_initramfs(plan_path: &Path, args: &Args, root: SysRoot) -> anyhow:
             unmount(mount, EXIT_PROBLEM)
         }
         Err(e) => {
+            let e = words::session_error(&e).unwrap_or_else(|| e.to_string());
             let states = plan.states(&dir);
             if !states.iter().any(|(_, st)| *st == MoveState::Unfinished) {
-                record(BootState::Refused, Some(e.to_string()));
+                record(BootState::Refused, Some(e.clone()));
                 eprintln!("blkalign: refused, nothing written: {e}; booting on the old layout");
                 return unmount(mount, EXIT_PROBLEM);
             }
-            record(BootState::Stopped, Some(e.to_string()));
+            record(BootState::Stopped, Some(e.clone()));
             // The journal's file system stays mounted for the commands.
             let again = format!("blkalign realign --at-boot-run {}", plan_path.display());
             eprintln!(

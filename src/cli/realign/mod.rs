@@ -3,6 +3,7 @@
 
 mod args;
 mod atboot;
+mod words;
 
 pub use args::Args;
 use args::{open_session, options};
@@ -11,8 +12,10 @@ use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
 use blkalign::device::SysRoot;
 use blkalign::realign::journal::{Journal, Phase};
-use blkalign::realign::session::{Done, Events, Options, Outcome, Planned, Session, Status};
-use blkalign::realign::state::{self, Store};
+use blkalign::realign::session::{
+    Done, Events, MoveOptions, Outcome, PlannedMove, Session, Status, Stop,
+};
+use blkalign::realign::state::Store;
 use blkalign::realign::{undo, Move};
 use blkalign::units::human_size;
 use indicatif::ProgressBar;
@@ -21,6 +24,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
+    realign(args, root).map_err(words::in_words)
+}
+
+fn realign(args: Args, root: SysRoot) -> anyhow::Result<u8> {
     if let Some(plan) = &args.at_boot_run {
         return atboot::run_in_initramfs(plan, &args, root);
     }
@@ -62,7 +69,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
                  `{}`",
                 path.display(),
                 journal.path().display(),
-                state::finish_command(path, n)
+                words::finish_command(path, n)
             );
         }
         if !args.yes {
@@ -152,7 +159,12 @@ fn undo(session: &Session, path: &Path, args: &Args, events: &mut Terminal) -> a
     }
 }
 
-fn dry_run(session: &Session, opts: &Options, wanted: &[u32], json: bool) -> anyhow::Result<u8> {
+fn dry_run(
+    session: &Session,
+    opts: &MoveOptions,
+    wanted: &[u32],
+    json: bool,
+) -> anyhow::Result<u8> {
     let report = session.plan(opts, wanted)?;
     print_plan(&session.target().path, true, &report, json)?;
     if report.iter().any(|m| m.refused.is_some()) {
@@ -165,8 +177,8 @@ fn dry_run(session: &Session, opts: &Options, wanted: &[u32], json: bool) -> any
 }
 
 /// A move a signal stopped: what state it is in, and the signal's exit code.
-fn stopped(why: &str) -> anyhow::Result<u8> {
-    eprintln!("{why}");
+fn stopped(why: &Stop) -> anyhow::Result<u8> {
+    eprintln!("{}", words::stop(why));
     Ok(interrupted().unwrap_or(EXIT_ERROR))
 }
 
@@ -300,7 +312,7 @@ fn clean(args: &Args, root: SysRoot) -> anyhow::Result<u8> {
             eprintln!(
                 "kept {}: its move ({what}) is unfinished: finish it with `{}`",
                 path.display(),
-                state::finish_command(&m.target, m.partition)
+                words::finish_command(&m.target, m.partition)
             );
             continue;
         }
@@ -329,10 +341,15 @@ fn progress(total: u64) -> ProgressBar {
 struct PlanOutput<'a> {
     target: &'a Path,
     dry_run: bool,
-    moves: &'a [Planned],
+    moves: &'a [PlannedMove],
 }
 
-fn print_plan(target: &Path, dry_run: bool, moves: &[Planned], json: bool) -> anyhow::Result<()> {
+fn print_plan(
+    target: &Path,
+    dry_run: bool,
+    moves: &[PlannedMove],
+    json: bool,
+) -> anyhow::Result<()> {
     if json {
         return super::emit_json(&PlanOutput { target, dry_run, moves });
     }

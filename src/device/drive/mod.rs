@@ -11,7 +11,7 @@ pub mod scsi;
 pub mod sgio;
 pub mod smart;
 
-pub use error::ParseError;
+pub(crate) use error::ParseError;
 use serde::Serialize;
 use sgio::Command;
 use std::fs::File;

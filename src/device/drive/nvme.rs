@@ -125,7 +125,7 @@ impl IdNamespace {
 /// 2.0 figure 275): who made the drive and what it is, as `nvme id-ctrl`
 /// prints them.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IdController {
+pub(crate) struct IdController {
     /// VID, bytes 1:0: the PCI vendor ID.
     pub vendor_id: u16,
     /// SN, bytes 23:4, ASCII, space-padded.
@@ -142,7 +142,7 @@ const CONTROLLER_HEAD: usize = 72;
 
 /// Parse the Identify Controller data structure (at least its first 72
 /// bytes).
-pub fn parse_id_ctrl(data: &[u8]) -> Result<IdController, ParseError> {
+pub(crate) fn parse_id_ctrl(data: &[u8]) -> Result<IdController, ParseError> {
     let b: &[u8; CONTROLLER_HEAD] = data.first_chunk().ok_or(ParseError::Short {
         what: CONTROLLER,
         got: data.len(),

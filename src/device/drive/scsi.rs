@@ -152,7 +152,7 @@ pub fn parse_block_limits(data: &[u8]) -> Result<BlockLimits, ParseError> {
 /// The Unit Serial Number VPD page (0x80), as the kernel keeps it in sysfs
 /// `device/vpd_pg80`: the serial, trimmed; None when blank. A page cut
 /// short is what is there.
-pub fn parse_unit_serial(data: &[u8]) -> Result<Option<String>, ParseError> {
+pub(crate) fn parse_unit_serial(data: &[u8]) -> Result<Option<String>, ParseError> {
     let b: &[u8; VPD_HEADER] = data.first_chunk().ok_or(short(UNIT_SERIAL, data, VPD_HEADER))?;
     if b[1] != UNIT_SERIAL_PAGE {
         return Err(ParseError::Invalid {

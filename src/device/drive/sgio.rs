@@ -49,7 +49,7 @@ impl Command {
     }
 
     /// The SCSI CDB; None for NVMe.
-    pub fn cdb(self) -> Option<Vec<u8>> {
+    pub(crate) fn cdb(self) -> Option<Vec<u8>> {
         let len = u16::try_from(self.length()).ok()?.to_be_bytes();
         Some(match self {
             Command::Inquiry => vec![0x12, 0, 0, len[0], len[1], 0],

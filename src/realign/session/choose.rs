@@ -2,14 +2,14 @@
 //! order that makes room, refused where a boot loader or an aligned layer
 //! inside would suffer.
 
-use super::error::{Refusal, SessionError};
+use super::error::{MoveRefusal, SessionError};
 use super::open::Session;
-use super::options::Options;
+use super::options::MoveOptions;
 use crate::align::Class;
 use crate::io::ReadAt;
 use crate::realign::guard;
 use crate::realign::layers::{self, LayerShift};
-use crate::realign::place::{self, PlaceError, Placement, Request};
+use crate::realign::place::{self, PlaceError, PlaceRequest, Placement};
 use crate::table::{Layout, PartKind, Partition};
 use std::cell::Cell;
 use std::ops::Range;
@@ -24,7 +24,7 @@ impl Session {
                 named.iter().find(|n| !layout.partitions.iter().any(|p| p.number == **n))
             {
                 let disk = self.target.path.clone();
-                return Err(Refusal::NoSuchPartition { number: *n, disk }.into());
+                return Err(MoveRefusal::NoSuchPartition { number: *n, disk }.into());
             }
             return Ok(named.to_vec());
         }
@@ -58,7 +58,7 @@ impl Session {
     /// will be after it.
     pub(super) fn place_all(
         &self,
-        opts: &Options,
+        opts: &MoveOptions,
         wanted: &[u32],
     ) -> Result<Vec<Result<Placement, PlaceError>>, SessionError> {
         let mut layout = self.layout()?;
@@ -91,7 +91,12 @@ impl Session {
         Ok(out)
     }
 
-    fn place_one(&self, layout: &Layout, opts: &Options, n: u32) -> Result<Placement, PlaceError> {
+    fn place_one(
+        &self,
+        layout: &Layout,
+        opts: &MoveOptions,
+        n: u32,
+    ) -> Result<Placement, PlaceError> {
         let req = request(opts, n);
         let ss = layout.sector_size;
         let part = layout.partitions.iter().find(|p| p.number == n);
@@ -149,8 +154,8 @@ impl Session {
     }
 }
 
-fn request(opts: &Options, partition: u32) -> Request {
-    Request { partition, to: opts.to, align: opts.align, force: opts.force }
+fn request(opts: &MoveOptions, partition: u32) -> PlaceRequest {
+    PlaceRequest { partition, to: opts.to, align: opts.align, force: opts.force }
 }
 
 /// Whether any of sectors `lbas` holds a non-zero byte, read a MiB at a
@@ -244,7 +249,7 @@ mod tests {
         let lab = lab();
         let err = lab.session.wanted(&[9]).unwrap_err();
         assert!(
-            matches!(err, SessionError::Refused(Refusal::NoSuchPartition { number: 9, .. })),
+            matches!(err, SessionError::Refused(MoveRefusal::NoSuchPartition { number: 9, .. })),
             "{err:?}"
         );
         assert_eq!(*lab.mem.bytes.lock().unwrap(), image(), "nothing written");

@@ -1,9 +1,9 @@
 //! The dry run: what moving each wanted partition would do, or why it
-//! cannot be made ([`Planned`]), after every check a real move makes.
+//! cannot be made ([`PlannedMove`]), after every check a real move makes.
 
 use super::error::SessionError;
 use super::open::Session;
-use super::options::Options;
+use super::options::MoveOptions;
 use crate::device::TargetKind;
 use crate::realign::layers::LayerShift;
 use crate::realign::place::{PlaceError, Placement};
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// What a partition's move would do, or why it cannot be made.
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct Planned {
+pub struct PlannedMove {
     pub partition: u32,
     pub contents: Option<String>,
     pub old_start: Option<u64>,
@@ -39,7 +39,7 @@ pub struct Planned {
     pub refused: Option<String>,
 }
 
-impl Planned {
+impl PlannedMove {
     /// The plan for this partition in words, as `realign` prints it.
     pub fn describe(&self, target: &Path) -> String {
         let mut text = String::new();
@@ -101,17 +101,21 @@ impl Planned {
 impl Session {
     /// What moving `wanted` would do, refusals included, after every check
     /// a real move makes first: `Err` only for what refuses the whole run.
-    pub fn plan(&self, opts: &Options, wanted: &[u32]) -> Result<Vec<Planned>, SessionError> {
+    pub fn plan(
+        &self,
+        opts: &MoveOptions,
+        wanted: &[u32],
+    ) -> Result<Vec<PlannedMove>, SessionError> {
         let layout = self.layout()?;
         let mut report = Vec::new();
         for placed in self.place_all(opts, wanted)? {
             report.push(match placed {
                 Ok(placement) => self.planned(opts, &layout, &placement)?,
-                Err(err @ PlaceError::AlreadyAligned(n, _, start)) => Planned {
+                Err(err @ PlaceError::AlreadyAligned(n, _, start)) => PlannedMove {
                     partition: n,
                     old_start: Some(start),
                     notes: vec![err.to_string()],
-                    ..Planned::default()
+                    ..PlannedMove::default()
                 },
                 Err(err) => self.refusal(&layout, err),
             });
@@ -121,10 +125,10 @@ impl Session {
 
     fn planned(
         &self,
-        opts: &Options,
+        opts: &MoveOptions,
         layout: &Layout,
         placement: &Placement,
-    ) -> Result<Planned, SessionError> {
+    ) -> Result<PlannedMove, SessionError> {
         let prepared =
             prepare(&*self.reader, &self.target.path, layout, placement, self.identity.clone())?;
         let m = &prepared.record;
@@ -162,7 +166,7 @@ impl Session {
         let shifts = self.layer_shifts(placement);
         let changed = shifts.iter().filter(|s| s.off_before != s.off_after);
         notes.extend(changed.map(LayerShift::describe));
-        Ok(Planned {
+        Ok(PlannedMove {
             partition: m.partition,
             contents: m.contents.clone(),
             old_start: Some(m.old_start),
@@ -182,7 +186,7 @@ impl Session {
         })
     }
 
-    pub(super) fn refusal(&self, layout: &Layout, err: PlaceError) -> Planned {
+    pub(super) fn refusal(&self, layout: &Layout, err: PlaceError) -> PlannedMove {
         let mut why = err.to_string();
         let (partition, missing) = match &err {
             PlaceError::NoRoom { partition, missing_sectors, .. } => (*partition, *missing_sectors),
@@ -208,12 +212,12 @@ impl Session {
                 )
             );
         }
-        Planned {
+        PlannedMove {
             partition,
             old_start: p.map(|p| p.start),
             sectors: p.map(|p| p.size),
             refused: Some(why),
-            ..Planned::default()
+            ..PlannedMove::default()
         }
     }
 }

@@ -9,6 +9,8 @@ use crate::realign::place::PlaceError;
 use crate::realign::prepare::PrepareError;
 use crate::realign::{guard, scan, undo};
 use crate::table::TableError;
+use crate::units::human_size;
+use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
 
@@ -22,7 +24,7 @@ pub enum SessionError {
     Table { path: PathBuf, source: TableError },
     /// Refused before anything was written.
     #[error(transparent)]
-    Refused(#[from] Refusal),
+    Refused(#[from] MoveRefusal),
     #[error(transparent)]
     Guard(#[from] guard::GuardError),
     #[error(transparent)]
@@ -31,8 +33,10 @@ pub enum SessionError {
     Prepare(#[from] PrepareError),
     #[error("{what}: {source}")]
     Io { what: String, source: std::io::Error },
-    #[error("{source}\nthe move stopped; the journal {} is intact. {way_on}", journal.display())]
-    Move { source: MoveError, journal: PathBuf, way_on: String },
+    /// A move (or an undo) stopped on an error, its journal intact;
+    /// `way_on` says which ways lead on, for the caller to put in words.
+    #[error("{source}\nthe move stopped; the journal {} is intact.", journal.display())]
+    Move { source: MoveError, journal: PathBuf, way_on: WayOn },
     /// The read check found sectors the move could not read: nothing was
     /// written and no move is left unfinished.
     #[error(
@@ -48,7 +52,7 @@ pub enum SessionError {
 /// Why a move was refused before anything was written, for a caller to
 /// match.
 #[derive(Debug, thiserror::Error)]
-pub enum Refusal {
+pub enum MoveRefusal {
     #[error("{} is partition {number}: name its disk instead (`blkalign realign /dev/{disk} {number}`)", path.display())]
     PartitionNamed { path: PathBuf, number: u32, disk: String },
     #[error(
@@ -67,12 +71,10 @@ pub enum Refusal {
     Vanished(u32),
     #[error("{} holds another unfinished move: finish it or pass another --journal", .0.display())]
     JournalTaken(PathBuf),
-    #[error(
-        "the move of partition {partition} is being undone (journal {}): finish the undo with \
-         `{finish} --undo`",
-        journal.display()
-    )]
-    BeingUndone { partition: u32, journal: PathBuf, finish: String },
+    /// The move of `partition` on `target` is being undone: only the undo
+    /// may be finished.
+    #[error("the move of partition {partition} is being undone (journal {})", journal.display())]
+    BeingUndone { target: PathBuf, partition: u32, journal: PathBuf },
     #[error(transparent)]
     Undo(#[from] undo::UndoError),
     /// The device cannot be opened O_DIRECT (and exclusively, a block
@@ -81,7 +83,81 @@ pub enum Refusal {
     OpenDirect(crate::bench::BenchError),
     /// At boot, where nothing asks a move to stop, it stopped.
     #[error("{0}")]
-    Stopped(String),
+    Stopped(Stop),
+}
+
+/// Which ways lead on from a move stopped on an error, on partition
+/// `partition` of `target`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WayOn {
+    /// A sector cannot be read and stays so: undo (the `moved` bytes
+    /// already moved go back) or finish reading around it (`--rescue`,
+    /// retrying each sector `retries` more times).
+    Unreadable { target: PathBuf, partition: u32, moved: u64, retries: u32 },
+    /// Once the cause is fixed, rerun the move to finish it, or undo it.
+    Rerun { target: PathBuf, partition: u32 },
+    /// Once the cause is fixed, finish the undo.
+    FinishUndo { target: PathBuf, partition: u32 },
+}
+
+/// Where a run that a stop request ended left the disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// Before partition `partition` was touched: nothing to finish.
+    Untouched { target: PathBuf, partition: u32 },
+    /// Part-way through the move of `partition`: `copied` of `bytes`
+    /// copied, or all of them and `verifying`; safe, but unusable until
+    /// the move in `journal` is finished (or undone).
+    Moving {
+        target: PathBuf,
+        partition: u32,
+        journal: PathBuf,
+        verifying: bool,
+        copied: u64,
+        bytes: u64,
+    },
+    /// Part-way through the undo of the move of `partition`, journaled in
+    /// `journal`.
+    Undoing { target: PathBuf, partition: u32, journal: PathBuf },
+}
+
+impl fmt::Display for Stop {
+    /// What the disk holds now; the way on is the caller's to say.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Stop::Untouched { target, partition } => {
+                write!(
+                    f,
+                    "interrupted: partition {partition} of {} was not touched",
+                    target.display()
+                )
+            }
+            Stop::Moving { target, partition, journal, verifying, copied, bytes } => {
+                let state = if *verifying {
+                    format!("is copied ({}) but not yet verified", human_size(*bytes))
+                } else {
+                    format!(
+                        "is half-moved: {} of {} copied",
+                        human_size(*copied),
+                        human_size(*bytes)
+                    )
+                };
+                write!(
+                    f,
+                    "interrupted: partition {partition} of {} {state}; its data is safe (each byte \
+                     at its old or new place or in the journal {}), but it is unusable until the \
+                     move is finished.",
+                    target.display(),
+                    journal.display()
+                )
+            }
+            Stop::Undoing { partition, journal, .. } => write!(
+                f,
+                "interrupted: the undo of partition {partition}'s move is journaled in {}",
+                journal.display()
+            ),
+        }
+    }
 }
 
 pub(super) fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SessionError {

@@ -1,6 +1,7 @@
 //! What a run tells its caller: progress and stops through [`Events`], how
 //! it ended ([`Outcome`]), and a finished move ([`Done`], [`Rescued`]).
 
+use super::error::Stop;
 use super::status::Status;
 use crate::realign::journal::Phase;
 use crate::realign::{scan, Move};
@@ -110,6 +111,6 @@ impl Rescued {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Finished,
-    /// [`Events::stop_requested`] stopped it; what state it left, in words.
-    Stopped(String),
+    /// [`Events::stop_requested`] stopped it; the state it left.
+    Stopped(Stop),
 }

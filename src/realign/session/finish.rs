@@ -2,14 +2,13 @@
 //! kernel, commit Done, remove the record; and what a stop or an error
 //! leaves, in words, with the ways on.
 
-use super::error::{io_error, Refusal, SessionError};
+use super::error::{io_error, MoveRefusal, SessionError, Stop, WayOn};
 use super::events::{Done, Events, Outcome, Rescued};
 use super::open::Session;
 use crate::realign::copy::{self, MoveError};
 use crate::realign::journal::{Journal, Phase};
 use crate::realign::rescue::{self, Map};
-use crate::realign::{scan, state, undo, Move};
-use crate::units::human_size;
+use crate::realign::{scan, undo, Move};
 use std::cell::RefCell;
 use std::ops::Range;
 use std::time::Instant;
@@ -28,9 +27,8 @@ impl Session {
         self.host.check_unused(&[journal.record.partition])?;
         let undoing = undo::path(journal.path());
         if undoing.exists() {
-            let partition = journal.record.partition;
-            let finish = state::finish_command(&self.target.path, partition);
-            return Err(Refusal::BeingUndone { partition, journal: undoing, finish }.into());
+            let (target, partition) = (self.target.path.clone(), journal.record.partition);
+            return Err(MoveRefusal::BeingUndone { target, partition, journal: undoing }.into());
         }
         let writer = self.host.writer()?;
         let m = journal.record.clone();
@@ -55,7 +53,7 @@ impl Session {
         events.stopped();
         match result {
             Err(MoveError::Interrupted { verifying, chunks }) => {
-                return Ok(Outcome::Stopped(self.stopped_message(&journal, verifying, chunks)));
+                return Ok(Outcome::Stopped(self.stop(&journal, verifying, chunks)));
             }
             Err(source) => return Err(self.move_error(source, &journal)),
             Ok(()) => {}
@@ -114,44 +112,28 @@ impl Session {
     /// sector stays unreadable, so a rerun alone would stop there again.
     fn move_error(&self, source: MoveError, journal: &Journal) -> SessionError {
         let m = &journal.record;
-        let finish = state::finish_command(&self.target.path, m.partition);
+        let (target, partition) = (self.target.path.clone(), m.partition);
         let (_, moved) = undo::moved(m, journal.state.phase, journal.state.cursor);
         let way_on = match &source {
-            MoveError::Io { what: "reading", source: e, .. } if scan::unreadable(e) => format!(
-                "A sector that cannot be read stays so; two ways end in a usable partition:\n  \
-                 {finish} --undo    moves the {} already moved back: the partition exactly as \
-                 before the move\n  {finish} --rescue  finishes the move, reading each \
-                 unreadable sector {} more times and writing zeros where it still fails (listed \
-                 in a GNU ddrescue map beside the journal, with the files they hit)",
-                human_size(moved),
-                rescue::RETRIES
-            ),
-            _ => format!(
-                "Once the cause is fixed, rerun the same command to finish it (a drive remaps a \
-                 sector that failed a write when it is written again), or put the partition back \
-                 as it was with `{finish} --undo`"
-            ),
+            MoveError::Io { what: "reading", source: e, .. } if scan::unreadable(e) => {
+                WayOn::Unreadable { target, partition, moved, retries: rescue::RETRIES }
+            }
+            _ => WayOn::Rerun { target, partition },
         };
         SessionError::Move { source, journal: journal.path().to_path_buf(), way_on }
     }
 
-    /// What a stopped move left: the disk's state and how to finish it.
-    fn stopped_message(&self, journal: &Journal, verifying: bool, chunks: u64) -> String {
+    /// What a stopped move left.
+    fn stop(&self, journal: &Journal, verifying: bool, chunks: u64) -> Stop {
         let m = &journal.record;
-        let head =
-            format!("interrupted: partition {} of {}", m.partition, self.target.path.display());
-        let state = if verifying {
-            format!("is copied ({}) but not yet verified", human_size(m.bytes()))
-        } else {
-            let done = chunks.saturating_mul(m.chunk_bytes).min(m.bytes());
-            format!("is half-moved: {} of {} copied", human_size(done), human_size(m.bytes()))
-        };
-        format!(
-            "{head} {state}; its data is safe (each byte at its old or new place or in the \
-             journal {}), but it is unusable until the move is finished.\nFinish with: {}",
-            journal.path().display(),
-            state::finish_command(&self.target.path, m.partition)
-        )
+        Stop::Moving {
+            target: self.target.path.clone(),
+            partition: m.partition,
+            journal: journal.path().to_path_buf(),
+            verifying,
+            copied: chunks.saturating_mul(m.chunk_bytes).min(m.bytes()),
+            bytes: m.bytes(),
+        }
     }
 }
 
@@ -159,7 +141,7 @@ impl Session {
 mod tests {
     use super::*;
     use crate::realign::session::lab::{assert_moved, image, lab, opts, partition, Log, OLD, SS};
-    use crate::realign::session::options::Options;
+    use crate::realign::session::options::MoveOptions;
     use std::sync::atomic::Ordering;
 
     /// A failing write stops the move with its journal and record intact;
@@ -169,8 +151,11 @@ mod tests {
         let lab = lab();
         *lab.mem.writes_left.lock().unwrap() = Some(0);
         let err = lab.session.move_all(&opts(), &[1], &mut Log::default()).unwrap_err();
-        assert!(matches!(err, SessionError::Move { .. }), "{err}");
-        assert!(err.to_string().contains("rerun the same command"), "{err}");
+        let way_on = match &err {
+            SessionError::Move { way_on, .. } => way_on,
+            _ => panic!("{err}"),
+        };
+        assert!(matches!(way_on, WayOn::Rerun { partition: 1, .. }), "{way_on:?}");
         assert_eq!(lab.session.store.unfinished().len(), 1);
         *lab.mem.writes_left.lock().unwrap() = None;
         let journal = lab.session.unfinished(None).unwrap().expect("found by its record");
@@ -185,7 +170,7 @@ mod tests {
     #[test]
     fn a_rerun_is_refused_while_an_undo_is_under_way() {
         let lab = lab();
-        let to_64 = Options { to: Some(64), ..opts() };
+        let to_64 = MoveOptions { to: Some(64), ..opts() };
         *lab.mem.writes_left.lock().unwrap() = Some(0);
         lab.session.move_all(&to_64, &[1], &mut Log::default()).unwrap_err();
         let journal = lab.session.unfinished(None).unwrap().unwrap();
@@ -202,7 +187,7 @@ mod tests {
         let lab = lab();
         let bad = [OLD + 100, OLD + 101, OLD + 3000];
         *lab.mem.unreadable.lock().unwrap() = bad.to_vec();
-        let rescue = Options { rescue: true, ..opts() };
+        let rescue = MoveOptions { rescue: true, ..opts() };
         let mut log = Log::default();
         assert_eq!(lab.session.move_all(&rescue, &[1], &mut log).unwrap(), Outcome::Finished);
         assert!(log.notes.iter().any(|n| n.contains("cannot be read")), "{:?}", log.notes);
@@ -236,13 +221,14 @@ mod tests {
     /// Asked to stop, a move says how far it got and how to finish; a
     /// rerun finishes it.
     #[test]
-    fn a_stopped_move_says_how_to_finish_it() {
+    fn a_stopped_move_says_what_it_left() {
         let lab = lab();
         let mut log = Log { stop_after_progress: true, ..Log::default() };
         let Outcome::Stopped(why) = lab.session.move_all(&opts(), &[1], &mut log).unwrap() else {
             panic!("not stopped")
         };
-        assert!(why.contains("Finish with: blkalign realign"), "{why}");
+        assert!(matches!(why, Stop::Moving { partition: 1, .. }), "{why:?}");
+        assert!(why.to_string().contains("unusable until the move is finished"), "{why}");
         let journal = lab.session.unfinished(None).unwrap().expect("unfinished");
         lab.session.finish(journal, false, &mut Log::default()).unwrap();
         assert_moved(&lab);

@@ -1,7 +1,7 @@
 //! What a move needs from the world beyond the bytes it reads: the
-//! [`Host`] and [`Writer`] traits, and [`Device`], the real disk or image.
+//! [`Host`] and [`Writer`] traits, and [`DiskHost`], the real disk or image.
 
-use super::error::{io_error, Refusal, SessionError};
+use super::error::{io_error, MoveRefusal, SessionError};
 use crate::device::exclusive;
 use crate::device::kernel::{self, KernelPart, PartTable};
 use crate::device::{self, SysRoot, Target, TargetKind};
@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// What a move needs from the world beyond the bytes it reads: the in-use
-/// check, a writer and the kernel. [`Device`] is the real one; tests inject
+/// check, a writer and the kernel. [`DiskHost`] is the real one; tests inject
 /// failures through their own.
 pub trait Host {
     /// Refuse a target that is mounted, held, attached or locked, naming
@@ -38,7 +38,7 @@ pub trait Writer: Disk {
 }
 
 /// A real disk or image.
-pub struct Device {
+pub(crate) struct DiskHost {
     pub root: SysRoot,
     pub target: Target,
     /// A VM image's guest disk exported by qemu-storage-daemon over FUSE.
@@ -49,7 +49,7 @@ pub struct Device {
     pub at_boot: bool,
 }
 
-impl Host for Device {
+impl Host for DiskHost {
     fn check_unused(&self, asked: &[u32]) -> Result<(), SessionError> {
         if self.at_boot {
             return Ok(exclusive::check_partitions_unused(&self.root, &self.target, asked)?);
@@ -72,8 +72,8 @@ impl Host for Device {
         let (root, target) = (self.root.clone(), self.target.clone());
         if self.export {
             let file = exclusive::open_for_writing(&self.target)?;
-            let reads =
-                open_direct(&self.target.path, Mode::Read, false).map_err(Refusal::OpenDirect)?;
+            let reads = open_direct(&self.target.path, Mode::Read, false)
+                .map_err(MoveRefusal::OpenDirect)?;
             return Ok(Box::new(DeviceWriter { file, reads: Some(reads), root, target }));
         }
         if self.at_boot {
@@ -86,7 +86,7 @@ impl Host for Device {
             Err(_) if self.target.kind == TargetKind::Image => {
                 exclusive::open_for_writing(&self.target)?
             }
-            Err(e) => return Err(Refusal::OpenDirect(e).into()),
+            Err(e) => return Err(MoveRefusal::OpenDirect(e).into()),
         };
         Ok(Box::new(DeviceWriter { file, reads: None, root, target }))
     }

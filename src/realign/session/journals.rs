@@ -1,9 +1,9 @@
 //! Where a target's journals are: the default place of each partition's,
 //! and the unfinished move a run resumes.
 
-use super::error::{Refusal, SessionError};
+use super::error::{MoveRefusal, SessionError};
 use super::open::Session;
-use super::options::Options;
+use super::options::MoveOptions;
 use crate::device::TargetKind;
 use crate::realign::journal::Journal;
 use crate::realign::state;
@@ -20,7 +20,7 @@ impl Session {
             }
             if !state::applies(&j.record, &*self.reader, &self.identity) {
                 let (journal, target) = (path.to_path_buf(), self.target.path.clone());
-                return Err(Refusal::OtherDisk { journal, target }.into());
+                return Err(MoveRefusal::OtherDisk { journal, target }.into());
             }
             return Ok(Some(j));
         }
@@ -74,7 +74,7 @@ impl Session {
             .collect()
     }
 
-    pub(super) fn journal_path(&self, opts: &Options, n: u32) -> PathBuf {
+    pub(super) fn journal_path(&self, opts: &MoveOptions, n: u32) -> PathBuf {
         opts.journal.clone().unwrap_or_else(|| self.default_journal(n))
     }
 

@@ -6,7 +6,7 @@ use super::error::SessionError;
 use super::events::{Done, Events};
 use super::host::{Host, Writer};
 use super::open::Session;
-use super::options::Options;
+use super::options::MoveOptions;
 use crate::device::{self, Overrides, SysRoot};
 use crate::io::ReadAt;
 use crate::realign::disk::Disk;
@@ -189,8 +189,8 @@ pub(super) fn lab_with(img: Vec<u8>) -> Lab {
     Lab { dir, mem, session }
 }
 
-pub(super) fn opts() -> Options {
-    Options::default()
+pub(super) fn opts() -> MoveOptions {
+    MoveOptions::default()
 }
 
 /// The partition moved whole, and the table says where.

@@ -27,12 +27,11 @@ mod run;
 mod status;
 mod undo;
 
-pub use dry_run::Planned;
-pub use error::{Refusal, SessionError};
-pub use events::{Done, Events, Outcome, Rescued};
-pub use host::{Device, Host, Writer};
+pub use dry_run::PlannedMove;
+pub use error::{MoveRefusal, SessionError, Stop, WayOn};
+pub use events::{Done, Events, Outcome};
 pub use open::Session;
-pub use options::Options;
+pub use options::MoveOptions;
 pub use status::Status;
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
 //! A target opened for moving its partitions: the [`Session`] itself, its
 //! table, and what its partitions hold that a move must mind.
 
-use super::error::{Refusal, SessionError};
-use super::host::{Device, Host};
+use super::error::{MoveRefusal, SessionError};
+use super::host::{DiskHost, Host};
 use crate::align::Geometry;
-use crate::device::vmimage::{Access, Export, Format};
+use crate::device::vmimage::{Access, Export, ImageFormat};
 use crate::device::{self, DeviceError, Overrides, SysRoot, Target, Topology};
 use crate::io::ReadAt;
 use crate::open::Opened;
@@ -36,7 +36,7 @@ impl Session {
         overrides: &Overrides,
         trust_kernel: bool,
     ) -> Result<Session, SessionError> {
-        let opened = match crate::open::open(&root, path, overrides, trust_kernel) {
+        let opened = match crate::open::open_target(&root, path, overrides, trust_kernel) {
             Err(DeviceError::VmImage { format, .. }) => {
                 return Session::open_image(root, path, &format, overrides, trust_kernel)
             }
@@ -45,19 +45,20 @@ impl Session {
         let Opened { target, file, topology, geometry } = opened;
         if let (Some(n), Some(name)) = (target.selected_partition, &target.name) {
             let (path, disk) = (path.to_path_buf(), name.clone());
-            return Err(Refusal::PartitionNamed { path, number: n, disk }.into());
+            return Err(MoveRefusal::PartitionNamed { path, number: n, disk }.into());
         }
         let identity = device::identity(&root, &target, &topology);
-        let host = Box::new(Device { root, target: target.clone(), export: false, at_boot: false });
+        let host =
+            Box::new(DiskHost { root, target: target.clone(), export: false, at_boot: false });
         Ok(Session::with(target, topology, geometry, identity, Box::new(file), host))
     }
 
     /// The disk at `path` for a move in the initramfs (see
-    /// [`Device::at_boot`]).
-    pub fn open_at_boot(root: SysRoot, path: &Path) -> Result<Session, SessionError> {
+    /// [`DiskHost::at_boot`]).
+    pub(crate) fn open_at_boot(root: SysRoot, path: &Path) -> Result<Session, SessionError> {
         let mut session = Session::open(root.clone(), path, &Overrides::default(), false)?;
         let target = session.target.clone();
-        session.host = Box::new(Device { root, target, export: false, at_boot: true });
+        session.host = Box::new(DiskHost { root, target, export: false, at_boot: true });
         Ok(session)
     }
 
@@ -67,16 +68,16 @@ impl Session {
     fn open_image(
         root: SysRoot,
         path: &Path,
-        format: &Format,
+        format: &ImageFormat,
         overrides: &Overrides,
         trust_kernel: bool,
     ) -> Result<Session, SessionError> {
         let export = Export::start(path, format, Access::Write).map_err(DeviceError::from)?;
-        let opened = crate::open::open(&root, export.file(), overrides, trust_kernel)?;
+        let opened = crate::open::open_target(&root, export.file(), overrides, trust_kernel)?;
         let Opened { target: guest, file, topology, geometry } = opened;
         let identity = device::identity(&root, &guest, &topology);
         let target = Target { path: path.to_path_buf(), ..guest.clone() };
-        let host = Box::new(Device { root, target: guest, export: true, at_boot: false });
+        let host = Box::new(DiskHost { root, target: guest, export: true, at_boot: false });
         let session = Session::with(target, topology, geometry, identity, Box::new(file), host);
         Ok(Session { image: Some((format.name(), export)), ..session })
     }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 /// What to move and how.
 #[derive(Clone, Debug)]
-pub struct Options {
+pub struct MoveOptions {
     /// An explicit destination LBA (one partition only).
     pub to: Option<u64>,
     pub align: Align,
@@ -22,9 +22,9 @@ pub struct Options {
 }
 
 /// The safe defaults: the optimal grain, nothing forced, the read check.
-impl Default for Options {
-    fn default() -> Options {
-        Options {
+impl Default for MoveOptions {
+    fn default() -> MoveOptions {
+        MoveOptions {
             to: None,
             align: Align::Optimal,
             force: false,

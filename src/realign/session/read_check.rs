@@ -4,7 +4,7 @@
 use super::error::{io_error, SessionError};
 use super::events::Events;
 use super::open::Session;
-use super::options::Options;
+use super::options::MoveOptions;
 use crate::realign::scan::{self, Scan};
 use crate::realign::{rescue, Move};
 use crate::units::human_size;
@@ -18,7 +18,7 @@ impl Session {
     /// rescuing (then it is said, and the move reads around it).
     pub(super) fn read_check(
         &self,
-        opts: &Options,
+        opts: &MoveOptions,
         m: &Move,
         events: &mut dyn Events,
     ) -> Result<Scan, SessionError> {
@@ -111,7 +111,7 @@ mod tests {
         assert_eq!(*lab.mem.bytes.lock().unwrap(), image(), "nothing written");
         assert!(lab.session.unfinished(None).unwrap().is_none(), "no move to finish");
         assert!(lab.session.store.unfinished().is_empty());
-        let unchecked = Options { read_check: false, ..opts() };
+        let unchecked = MoveOptions { read_check: false, ..opts() };
         let err = lab.session.move_all(&unchecked, &[1], &mut Log::default()).unwrap_err();
         assert!(matches!(err, SessionError::Move { .. }), "{err}");
         assert!(lab.session.unfinished(None).unwrap().is_some(), "stopped half-way");

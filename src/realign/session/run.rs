@@ -2,10 +2,10 @@
 //! then each wanted partition placed, read, journaled (the state record
 //! first) and moved to the end.
 
-use super::error::{io_error, Refusal, SessionError};
+use super::error::{io_error, MoveRefusal, SessionError, Stop};
 use super::events::{Events, Outcome};
 use super::open::Session;
-use super::options::Options;
+use super::options::MoveOptions;
 use crate::realign::journal::Journal;
 use crate::realign::place::{PlaceError, Placement};
 use crate::realign::prepare::{prepare, Prepared};
@@ -17,7 +17,7 @@ impl Session {
     /// What a move refuses before anything is written (the dry run asks
     /// too): a journal where a crash would lose it, a target in use.
     /// Returns the first journal's path.
-    pub fn preflight(&self, opts: &Options, wanted: &[u32]) -> Result<PathBuf, SessionError> {
+    pub fn preflight(&self, opts: &MoveOptions, wanted: &[u32]) -> Result<PathBuf, SessionError> {
         let first = self.journal_path(opts, wanted.first().copied().unwrap_or(1));
         self.host.check_journal(&first, wanted)?;
         self.host.check_unused(wanted)?;
@@ -28,7 +28,7 @@ impl Session {
     /// asked to stop).
     pub fn move_all(
         &self,
-        opts: &Options,
+        opts: &MoveOptions,
         wanted: &[u32],
         events: &mut dyn Events,
     ) -> Result<Outcome, SessionError> {
@@ -49,22 +49,21 @@ impl Session {
                 Err(error) => {
                     let why =
                         self.refusal(&self.layout()?, error.clone()).refused.unwrap_or_default();
-                    return Err(Refusal::Unplaceable { error, why }.into());
+                    return Err(MoveRefusal::Unplaceable { error, why }.into());
                 }
             };
             // The table changed after each move: read it again.
             let layout = self.layout()?;
             let n = placement.partition.number;
             let Some(current) = layout.partitions.iter().find(|p| p.number == n) else {
-                return Err(Refusal::Vanished(n).into());
+                return Err(MoveRefusal::Vanished(n).into());
             };
             let placement = Placement { partition: current.clone(), ..placement };
+            let untouched = || {
+                Outcome::Stopped(Stop::Untouched { target: self.target.path.clone(), partition: n })
+            };
             if events.stop_requested() {
-                return Ok(Outcome::Stopped(format!(
-                    "interrupted: partition {n} of {} was not touched; rerun the same command \
-                     to move it",
-                    self.target.path.display()
-                )));
+                return Ok(untouched());
             }
             let prepared = prepare(
                 &*self.reader,
@@ -75,11 +74,7 @@ impl Session {
             )?;
             if opts.read_check && self.read_check(opts, &prepared.record, events)? == Scan::Stopped
             {
-                return Ok(Outcome::Stopped(format!(
-                    "interrupted: partition {n} of {} was not touched; rerun the same command \
-                     to move it",
-                    self.target.path.display()
-                )));
+                return Ok(untouched());
             }
             let journal = self.create_journal(opts, &prepared)?;
             for note in placement.note.iter().chain(&prepared.notes) {
@@ -95,11 +90,15 @@ impl Session {
     /// The state record first, then the journal: a record pointing at a
     /// journal not yet made is ignored, while a journal with no record
     /// could be missed.
-    fn create_journal(&self, opts: &Options, prepared: &Prepared) -> Result<Journal, SessionError> {
+    fn create_journal(
+        &self,
+        opts: &MoveOptions,
+        prepared: &Prepared,
+    ) -> Result<Journal, SessionError> {
         let path = self.journal_path(opts, prepared.record.partition);
         if path.exists() {
             if !Journal::open(&path)?.state.phase.finished() {
-                return Err(Refusal::JournalTaken(path).into());
+                return Err(MoveRefusal::JournalTaken(path).into());
             }
             std::fs::remove_file(&path)
                 .map_err(io_error(format!("removing {}", path.display())))?;
@@ -229,7 +228,7 @@ mod tests {
         let before = rows(&extended_image(2));
         let mut moved = before.clone();
         moved[2].1 = 4168;
-        let to = Options { to: Some(4168), ..opts() };
+        let to = MoveOptions { to: Some(4168), ..opts() };
         for fail_at in 0.. {
             let lab = lab_with(extended_image(2));
             *lab.mem.writes_left.lock().unwrap() = Some(fail_at);

@@ -1,14 +1,13 @@
 //! `--undo`: a stopped move taken back under its own journal, then the
 //! first journal marked undone and its record forgotten.
 
-use super::error::{io_error, Refusal, SessionError};
+use super::error::{io_error, MoveRefusal, SessionError, Stop, WayOn};
 use super::events::{Events, Outcome};
 use super::open::Session;
 use super::status::Status;
 use crate::realign::copy::{self, MoveError};
 use crate::realign::journal::Journal;
 use crate::realign::journal::Phase;
-use crate::realign::state;
 use crate::realign::undo::{self, BeginError};
 use std::cell::RefCell;
 
@@ -29,7 +28,7 @@ impl Session {
             Some(Journal::open(&undo_path)?)
         } else {
             undo::begin(&forward, &*writer).map_err(|e| match e {
-                BeginError::Undo(e) => Refusal::Undo(e).into(),
+                BeginError::Undo(e) => MoveRefusal::Undo(e).into(),
                 BeginError::Journal(e) => SessionError::Journal(e),
                 BeginError::Io { lba, source } => SessionError::Move {
                     source: MoveError::Io { what: "writing", lba, source },
@@ -56,12 +55,11 @@ impl Session {
             events.stopped();
             match result {
                 Err(MoveError::Interrupted { .. }) => {
-                    return Ok(Outcome::Stopped(format!(
-                        "interrupted: the undo of partition {}'s move is journaled in {}; finish it with `{} --undo`",
-                        forward.record.partition,
-                        undo_path.display(),
-                        state::finish_command(&self.target.path, forward.record.partition)
-                    )));
+                    return Ok(Outcome::Stopped(Stop::Undoing {
+                        target: self.target.path.clone(),
+                        partition: forward.record.partition,
+                        journal: undo_path,
+                    }));
                 }
                 Err(source) => {
                     let way_on = self.undo_way_on(forward.record.partition);
@@ -92,9 +90,8 @@ impl Session {
         Ok(Outcome::Finished)
     }
 
-    fn undo_way_on(&self, n: u32) -> String {
-        let finish = state::finish_command(&self.target.path, n);
-        format!("Once the cause is fixed, finish the undo with `{finish} --undo`")
+    fn undo_way_on(&self, partition: u32) -> WayOn {
+        WayOn::FinishUndo { target: self.target.path.clone(), partition }
     }
 }
 
@@ -102,7 +99,7 @@ impl Session {
 mod tests {
     use super::*;
     use crate::realign::session::lab::{image, lab, opts, Log};
-    use crate::realign::session::options::Options;
+    use crate::realign::session::options::MoveOptions;
 
     /// A move stopped by a failing write (its chunk half-written over its
     /// own source, saved in the journal) is undone: every byte back, the
@@ -111,16 +108,18 @@ mod tests {
     #[test]
     fn a_stopped_move_is_undone_exactly() {
         let lab = lab();
-        let to_64 = Options { to: Some(64), ..opts() };
+        let to_64 = MoveOptions { to: Some(64), ..opts() };
         *lab.mem.writes_left.lock().unwrap() = Some(0);
         let err = lab.session.move_all(&to_64, &[1], &mut Log::default()).unwrap_err();
-        assert!(err.to_string().contains("--undo"), "names the way back: {err}");
+        let names_undo = matches!(err, SessionError::Move { way_on: WayOn::Rerun { .. }, .. });
+        assert!(names_undo, "names the way back: {err:?}");
         assert_ne!(*lab.mem.bytes.lock().unwrap(), image(), "the failed write landed half");
         let journal = lab.session.unfinished(None).unwrap().expect("stopped half-way");
         let path = journal.path().to_path_buf();
         // The undo itself stops on the same fault, then resumes.
         let err = lab.session.undo(journal, &mut Log::default()).unwrap_err();
-        assert!(matches!(err, SessionError::Move { .. }), "{err}");
+        let undo_way = matches!(err, SessionError::Move { way_on: WayOn::FinishUndo { .. }, .. });
+        assert!(undo_way, "{err:?}");
         *lab.mem.writes_left.lock().unwrap() = None;
         let journal = lab.session.unfinished(None).unwrap().expect("still unfinished");
         let mut log = Log::default();
