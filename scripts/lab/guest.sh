@@ -67,14 +67,18 @@ lab_json_reply() {
   REPLY="\"$s\""
 }
 
-# lab_sum PATH [BYTES]: the MD5 of PATH's first BYTES (all of it). The
-# labs compare bytes before and after a command in the same guest, against
-# accidental change, for which MD5 is enough: under TCG it reads 96 MiB in
-# 2 s where sha256sum takes 4.6 s, and the writers' lab hashes its 192 MiB
-# disk 18 times.
+# lab_sum PATH [BYTES [SKIP]]: the MD5 of BYTES of PATH (all of it) from
+# byte SKIP (0), a block device read past its page cache (O_DIRECT: a
+# disk's cached pages miss what was written through a partition's node).
+# The labs compare bytes before and after a command in the same guest,
+# against accidental change, for which MD5 is enough: under TCG it reads
+# 96 MiB in 2 s where sha256sum takes 4.6 s, and the writers' lab hashes
+# its 192 MiB disk 18 times.
 lab_sum() {
-  local s
-  if [ -n "${2:-}" ]; then s=$(head -c "$2" "$1" | md5sum); else s=$(md5sum <"$1"); fi
+  local s flags=skip_bytes
+  [ -b "$1" ] && flags+=,direct
+  [ -n "${2:-}" ] && flags+=,count_bytes
+  s=$(dd if="$1" bs=4M iflag="$flags" skip="${3:-0}" ${2:+count="$2"} status=none | md5sum)
   printf '%s\n' "${s%% *}"
 }
 

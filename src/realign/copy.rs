@@ -83,7 +83,8 @@ fn first_bad(
     let ss = m.sector_size.max(512) as usize;
     let (mut lo, mut hi) = (0, len);
     while hi - lo > ss {
-        let mid = lo + (hi - lo) / ss / 2 * ss;
+        // At least a sector, so a last partial sector cannot stall it.
+        let mid = lo + ((hi - lo) / ss / 2).max(1) * ss;
         match op(lo..mid, offset + lo as u64) {
             Err(_) => hi = mid,
             Ok(()) => lo = mid,
@@ -699,6 +700,22 @@ pub(crate) mod tests {
             assert!(err.to_string().contains("No data available"), "the sector's own error: {err}");
             assert!(ops <= 16, "{ops} operations for 32768 sectors");
         }
+        // A buffer ending in part of a sector, failing there only.
+        let err = first_bad(
+            &m,
+            3 * 512 + 100,
+            0,
+            io::Error::from_raw_os_error(libc::EIO),
+            |piece, _| {
+                if piece.end > 3 * 512 {
+                    Err(io::Error::from_raw_os_error(libc::EIO))
+                } else {
+                    Ok(())
+                }
+            },
+            "writing",
+        );
+        assert!(matches!(err, MoveError::Io { lba: 3, .. }), "{err}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 # leave it in the initramfs before init-premount. The plan is the one
 # `realign --at-boot` records (written here: no initramfs is built).
 # `realign --at-boot-run PLAN` runs as the initramfs runs it: first with
-# the LV mounted (refused.json: exit, the disk's MD5 unchanged), then
+# the LV mounted (refused.json: exit, the MD5 of the disk up to the journal's partition unchanged), then
 # not (moved.json: exit, p1's start, the LV active again, the file's
 # MD5, e2fsck, the kernel's alignment_offset of the LV, the audit).
 set -euo pipefail
@@ -24,7 +24,9 @@ pvcreate -qq --dataalignment 1m "$(part 1)"
 vgcreate -qq bootvg "$(part 1)"
 lvcreate -qq -y -L 64M -n root bootvg
 lab_settle
-mkfs.ext4 -q -F /dev/bootvg/root
+# No lazy init: a mounted ext4 would go on writing its inode tables while
+# the refusal below checks that nothing changes the disk.
+mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 /dev/bootvg/root
 mkfs.ext4 -q -F "$(part 2)"
 mount /dev/bootvg/root /tmp/mnt
 head -c 5000000 /dev/urandom >/tmp/mnt/file
@@ -45,15 +47,18 @@ jq -n --argjson size "$size" --arg uuid "$uuid" --arg dev "$(part 2)" --arg disk
   >/tmp/plan.json
 cp /tmp/plan.json "$out/plan.json"
 
-disk_sha() { lab_sum "$d"; }
+# The disk up to the journal's partition (the refusal records its result
+# there), summed with the LV mounted and synced both times: its unmount
+# writes the superblock. (A buffered read of the disk's node saw neither.)
+disk_sha() { sync && lab_sum "$d" $((229376 * 512)); }
 mount /dev/bootvg/root /tmp/mnt
 before=$(disk_sha)
 set +e
 "$BLKALIGN" realign --at-boot-run /tmp/plan.json >"$out/refused.out" 2>"$out/refused.err"
 status=$?
 set -e
-umount /tmp/mnt
 after=$(disk_sha)
+umount /tmp/mnt
 printf '{"exit": %s, "unchanged": %s}\n' "$status" "$([ "$before" = "$after" ] && echo true || echo false)" \
   >"$out/refused.json"
 umount /run/blkalign-journal 2>/dev/null || true

@@ -44,13 +44,8 @@ lab_settle
 host=$(ls -d /sys/bus/pseudo/drivers/scsi_debug/adapter*/host* | head -1)
 d=/dev/$(ls "$host"/target*/*/block/ | head -1)
 errors() { echo "$1" >/sys/bus/pseudo/drivers/scsi_debug/opts; }
-# sha START SECTORS: the MD5 of the disk's sectors, read past its page
-# cache (as lab_sum: MD5 is enough, and twice as fast under TCG).
-sha() {
-  local s
-  s=$(dd if="$d" bs=4M iflag=direct,skip_bytes,count_bytes skip=$(($1 * 512)) count=$(($2 * 512)) status=none | md5sum)
-  echo "${s%% *}"
-}
+# sha START SECTORS: the MD5 of the disk's sectors.
+sha() { lab_sum "$d" $(($2 * 512)) $(($1 * 512)); }
 # first_start: partition 1's start as the table on the disk says (sfdisk).
 first_start() {
   [[ $(sfdisk -d "$d") =~ start=\ *([0-9]+) ]] && echo "${BASH_REMATCH[1]}"
