@@ -140,7 +140,9 @@ for n in 1 2 3 4 5 6 7; do args+=(-n "$n:$((2049 + (n - 1) * 49153)):+24M"); don
 sgdisk -a 1 "${args[@]}" "$busy" >/dev/null
 lab_settle
 p() { echo "${busy}$1"; }
-mkfs.ext4 -q -F "$(p 1)"
+# No lazy init: the mounted ext4 would go on zeroing its inode tables
+# while the refusals hash the disk.
+mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$(p 1)"
 mkswap -q "$(p 2)"
 pvcreate -qq "$(p 3)" && vgcreate -qq labvg "$(p 3)" && lvcreate -qq -an -L 4M -n lv labvg
 vgchange -qq -an labvg
@@ -178,6 +180,7 @@ refuse() {
 }
 
 mount "$(p 1)" /tmp/mnt
+sync -f /tmp/mnt
 refuse mounted 1 realign "$busy" 1
 refuse partition 1 partition "$busy" --part rest:linux --wipe --force --backup /tmp/state/busy.bin
 umount /tmp/mnt
