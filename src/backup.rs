@@ -230,16 +230,9 @@ pub(crate) fn save_backup(
     Ok(Saved { bin: path })
 }
 
-/// Where a backup went; shown, it says so and how to undo.
+/// Where a backup went.
 pub struct Saved {
     pub bin: PathBuf,
-}
-
-impl std::fmt::Display for Saved {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        let bin = self.bin.display();
-        write!(f, "saved the sectors to be overwritten to {bin} (restore: blkalign restore {bin})")
-    }
 }
 
 fn default_backup(target: &Target, attempt: u32) -> PathBuf {

@@ -5,6 +5,11 @@
 //! regions written in order with a flush after each, read back past the
 //! page cache, and the kernel told. `partition`, `rescale` and a library
 //! caller go through [`commit_table`]; `restore` holds the disk the same way.
+//! A `realign` move writes its table as the last step of a journaled copy:
+//! its journal, not a backup file, records the bytes each write replaces
+//! (checked again before it is made), in an order a crash cannot break, so
+//! a rerun resumes it; its writer, too, exists only after the in-use check
+//! (`realign::session::host::hold`).
 
 use crate::backup::{self, BackupError, Saved, ToSave};
 use crate::device::exclusive::{self, ExclusiveError};

@@ -50,6 +50,12 @@ pub fn emit(text: &str) -> std::io::Result<()> {
     }
 }
 
+/// Where a commit saved what it overwrote, and the way back.
+pub fn saved_line(saved: &blkalign::backup::Saved) -> String {
+    let bin = saved.bin.display();
+    format!("saved the sectors to be overwritten to {bin} (restore: blkalign restore {bin})")
+}
+
 /// A failed commit, with the way back where a backup was saved before it.
 pub fn restore_hint(e: blkalign::commit::CommitError) -> anyhow::Error {
     use blkalign::commit::CommitError::{ReadBack, Table, Write};

@@ -18,7 +18,7 @@ mod rescale;
 mod restore;
 
 pub(crate) use common::describe;
-pub use common::{emit, emit_json, restore_hint, GeometryArgs};
+pub use common::{emit, emit_json, restore_hint, saved_line, GeometryArgs};
 pub use common::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 
 use blkalign::device::SysRoot;
@@ -122,9 +122,20 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(err) => {
-            eprintln!("blkalign: {}", describe(&err));
+            eprintln!("blkalign: {}{}", describe(&err), vm_image_hint(&err));
             ExitCode::from(EXIT_ERROR)
         }
+    }
+}
+
+/// Where a command refused a VM image: the two that read one as it is.
+fn vm_image_hint(err: &anyhow::Error) -> &'static str {
+    let vm_image = err
+        .chain()
+        .any(|c| matches!(c.downcast_ref(), Some(blkalign::device::DeviceError::VmImage { .. })));
+    match vm_image {
+        true => "; `blkalign audit` and `blkalign realign` read it as it is, through QEMU",
+        false => "",
     }
 }
 

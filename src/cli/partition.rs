@@ -1,7 +1,7 @@
 //! `blkalign partition`: write what `plan` prints. Dry run unless --yes;
 //! the sectors it overwrites are saved to a backup file first.
 
-use super::{planning, restore_hint, EXIT_OK};
+use super::{planning, restore_hint, saved_line, EXIT_OK};
 use anyhow::bail;
 use blkalign::advise::{self, Holds};
 use blkalign::commit::{self, Commit, Held, Kernel};
@@ -97,7 +97,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         },
     )
     .map_err(restore_hint)?;
-    eprintln!("{}", done.backup);
+    eprintln!("{}", saved_line(&done.backup));
     if let Some(told) = done.told {
         told.messages().iter().for_each(|m| eprintln!("{m}"));
     }

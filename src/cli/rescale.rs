@@ -3,7 +3,7 @@
 //! sectors it overwrites are saved first, in the sidecar format
 //! `blkalign restore` reads.
 
-use super::{emit, emit_json, restore_hint, EXIT_OK, EXIT_PROBLEM};
+use super::{emit, emit_json, restore_hint, saved_line, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
 use blkalign::backup::{self, ToSave};
 use blkalign::commit::{self, Commit, Held, Kernel};
@@ -138,7 +138,7 @@ pub fn run(args: Args, root: SysRoot) -> anyhow::Result<u8> {
         },
     )
     .map_err(restore_hint)?;
-    eprintln!("{}", done.backup);
+    eprintln!("{}", saved_line(&done.backup));
     let after = table::read(disk, to, size).with_context(|| format!("re-reading {path}"))?;
     if let Err(e) = rescale::same_bytes(&plan.old, &after) {
         bail!(

@@ -27,7 +27,7 @@ pub enum DeviceError {
     InvalidOverride(String),
     /// Read as raw, a VM image is "no partitions" at best: audit and
     /// realign use it through QEMU; the other commands refuse it.
-    #[error("{}: a {} image, not a raw disk: `blkalign audit` and `blkalign realign` use it through QEMU; for this command, convert it to raw first (qemu-img convert -O raw)", path.display(), format.name())]
+    #[error("{}: a {} image, not a raw disk: convert it to raw first (qemu-img convert -O raw)", path.display(), format.name())]
     VmImage { path: PathBuf, format: super::vmimage::ImageFormat },
     #[error(transparent)]
     Export(#[from] super::vmimage::ExportError),

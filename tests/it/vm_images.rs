@@ -171,6 +171,7 @@ fn writers_never_take_a_vm_image_for_raw() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains("a qcow2 image, not a raw disk"), "{args:?}: {err}");
+        assert!(err.contains("`blkalign audit` and `blkalign realign` read it"), "{args:?}: {err}");
     }
     assert_eq!(run("sha256sum", &[path]).stdout, before, "the image changed");
 

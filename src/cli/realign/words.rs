@@ -61,6 +61,9 @@ pub(super) fn session_error(err: &SessionError) -> Option<String> {
             finish_command(target, *partition)
         )),
         SessionError::Refused(MoveRefusal::Stopped(s)) => Some(stop(s)),
+        SessionError::Refused(MoveRefusal::PartitionNamed { number, disk, .. }) => {
+            Some(format!("{err} (`blkalign realign /dev/{disk} {number}`)"))
+        }
         _ => None,
     }
 }
@@ -72,5 +75,22 @@ pub(super) fn in_words(err: anyhow::Error) -> anyhow::Error {
     match words {
         Some(words) => err.context(words),
         None => err,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_named_for_its_disk_gets_the_command_that_names_the_disk() {
+        let refusal =
+            MoveRefusal::PartitionNamed { path: "/dev/sdb2".into(), number: 2, disk: "sdb".into() };
+        let words = session_error(&SessionError::Refused(refusal)).unwrap();
+        assert_eq!(
+            words,
+            "/dev/sdb2 is partition 2 of /dev/sdb: name its disk instead \
+             (`blkalign realign /dev/sdb 2`)"
+        );
     }
 }

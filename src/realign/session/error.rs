@@ -53,7 +53,7 @@ pub enum SessionError {
 /// match.
 #[derive(Debug, thiserror::Error)]
 pub enum MoveRefusal {
-    #[error("{} is partition {number}: name its disk instead (`blkalign realign /dev/{disk} {number}`)", path.display())]
+    #[error("{} is partition {number} of /dev/{disk}: name its disk instead", path.display())]
     PartitionNamed { path: PathBuf, number: u32, disk: String },
     #[error(
         "the journal {} records a move on another disk (size, serial or table differ): refusing \

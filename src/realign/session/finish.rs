@@ -4,6 +4,7 @@
 
 use super::error::{io_error, MoveRefusal, SessionError, Stop, WayOn};
 use super::events::{Done, Events, Outcome, Rescued};
+use super::host::hold;
 use super::open::Session;
 use crate::realign::copy::{self, MoveError};
 use crate::realign::journal::{Journal, Phase};
@@ -24,13 +25,12 @@ impl Session {
         rescue: bool,
         events: &mut dyn Events,
     ) -> Result<Outcome, SessionError> {
-        self.host.check_unused(&[journal.record.partition])?;
         let undoing = undo::path(journal.path());
         if undoing.exists() {
             let (target, partition) = (self.target.path.clone(), journal.record.partition);
             return Err(MoveRefusal::BeingUndone { target, partition, journal: undoing }.into());
         }
-        let writer = self.host.writer()?;
+        let writer = hold(&*self.host, &[journal.record.partition])?;
         let m = journal.record.clone();
         if journal.state.sequence > 1 {
             events.resumed(&m, journal.state.phase, journal.state.cursor);

@@ -22,12 +22,24 @@ pub trait Host {
     /// Refuse a journal where a crash of the target would take it along
     /// (for the move of the partitions `moved`).
     fn check_journal(&self, journal: &Path, moved: &[u32]) -> Result<(), SessionError>;
-    /// The target opened for the move's writes.
-    fn writer(&self) -> Result<Box<dyn Writer>, SessionError>;
+    /// The target opened for the move's writes, once [`hold`] has checked
+    /// that nothing uses it.
+    fn writer(&self, checked: Unused) -> Result<Box<dyn Writer>, SessionError>;
     /// Bytes per second reading the target at `offset`: the estimate's basis.
     fn read_rate(&self, offset: u64, bytes: u64) -> Option<f64>;
     /// The target for reading what is on it, not in a cache (O_DIRECT).
     fn direct_reader(&self) -> Result<Box<dyn ReadAt>, SessionError>;
+}
+
+/// That the in-use check passed: only [`hold`] makes one, right after the
+/// check, so no [`Writer`] exists without it (as [`crate::commit::Held`]
+/// for a table's write).
+pub struct Unused(());
+
+/// Refuse a target in use (naming `asked` first), then open it to write.
+pub(crate) fn hold(host: &dyn Host, asked: &[u32]) -> Result<Box<dyn Writer>, SessionError> {
+    host.check_unused(asked)?;
+    host.writer(Unused(()))
 }
 
 /// The target as the copy writes it, and the kernel's view of it.
@@ -67,7 +79,7 @@ impl Host for DiskHost {
     /// buffered (QEMU 7.2 corrupts O_DIRECT writes over 1 MiB there; fsync
     /// still reaches the image) and reads O_DIRECT, so verification reads
     /// the image, not the page cache.
-    fn writer(&self) -> Result<Box<dyn Writer>, SessionError> {
+    fn writer(&self, _: Unused) -> Result<Box<dyn Writer>, SessionError> {
         use crate::bench::{open_direct, Mode};
         let (root, target) = (self.root.clone(), self.target.clone());
         if self.export {

@@ -4,7 +4,7 @@
 
 use super::error::SessionError;
 use super::events::{Done, Events};
-use super::host::{Host, Writer};
+use super::host::{Host, Unused, Writer};
 use super::open::Session;
 use super::options::MoveOptions;
 use crate::device::{self, Overrides, SysRoot};
@@ -111,7 +111,7 @@ impl Host for Mem {
         Ok(())
     }
 
-    fn writer(&self) -> Result<Box<dyn Writer>, SessionError> {
+    fn writer(&self, _: Unused) -> Result<Box<dyn Writer>, SessionError> {
         Ok(Box::new(self.clone()))
     }
 

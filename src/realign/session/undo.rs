@@ -3,6 +3,7 @@
 
 use super::error::{io_error, MoveRefusal, SessionError, Stop, WayOn};
 use super::events::{Events, Outcome};
+use super::host::hold;
 use super::open::Session;
 use super::status::Status;
 use crate::realign::copy::{self, MoveError};
@@ -21,8 +22,7 @@ impl Session {
         mut forward: Journal,
         events: &mut dyn Events,
     ) -> Result<Outcome, SessionError> {
-        self.host.check_unused(&[forward.record.partition])?;
-        let writer = self.host.writer()?;
+        let writer = hold(&*self.host, &[forward.record.partition])?;
         let undo_path = undo::path(forward.path());
         let back = if undo_path.exists() {
             Some(Journal::open(&undo_path)?)
