@@ -72,8 +72,8 @@ lab_json_reply() {
 # disk's cached pages miss what was written through a partition's node).
 # The labs compare bytes before and after a command in the same guest,
 # against accidental change, for which MD5 is enough: under TCG it reads
-# 96 MiB in 2 s where sha256sum takes 4.6 s, and the writers' lab hashes
-# its 192 MiB disk 18 times.
+# 96 MiB in 2 s where sha256sum takes 4.6 s, and the writers' lab hashes its
+# busy disk 20 times or more.
 lab_sum() {
   local s flags=skip_bytes
   [ -b "$1" ] && flags+=,direct
