@@ -208,7 +208,10 @@ fn copy(
     for k in first..m.chunks() {
         let (rel, len) = m.chunk(k);
         let src = m.old_start * m.sector_size + rel;
-        let (buf, around) = pipe.full.recv().map_err(|_| gone("reading", &m))??;
+        let (buf, around) = match pipe.full.recv().map_err(|_| gone("reading", &m))? {
+            Ok(read) => read,
+            Err(e) => return Err(keep_progress(disk, j, pipe, k, committed, tick, e)),
+        };
         if let (Some(map), Some((bad, took))) = (rescue.as_deref_mut(), around) {
             // Listed before the zeros are written anywhere.
             let lba = src / m.sector_size;
@@ -229,7 +232,9 @@ fn copy(
             (committed, last_commit) = (k, Instant::now());
         }
         let dst = m.new_start * m.sector_size + rel;
-        write(disk, data, dst, &m)?;
+        if let Err(e) = write(disk, data, dst, &m) {
+            return Err(keep_progress(disk, j, pipe, k, committed, tick, e));
+        }
         dirty = true;
         tick(len);
         let _ = pipe.written.send((k, Some(crc)));
@@ -252,6 +257,27 @@ fn copy(
     disk.flush().map_err(|e| io_at("flushing after", m.new_start * m.sector_size, &m, e))?;
     j.commit(Phase::Copying, m.chunks(), None)?;
     Ok(())
+}
+
+/// `error` at chunk `k`, once the chunks before it are verified, flushed
+/// and committed, so that a rerun, `--undo` or `--rescue` goes on from
+/// there, not from the last commit. Where that fails too (the disk is
+/// going), the last commit stands: it is as safe, only further back.
+fn keep_progress(
+    disk: &dyn Disk,
+    j: &mut Journal,
+    pipe: &mut Pipe,
+    k: u64,
+    committed: u64,
+    tick: &mut dyn FnMut(u64),
+    error: MoveError,
+) -> MoveError {
+    let m = j.record.clone();
+    if k > committed && pipe.verified_before(k, &m, tick).is_ok() && disk.flush().is_ok() {
+        // The error said is the one that stopped the move, not a commit's.
+        let _ = j.commit(Phase::Copying, k, None);
+    }
+    error
 }
 
 /// Sectors zero-filled in a chunk (none when it read whole), and the time
@@ -616,6 +642,72 @@ pub(crate) mod tests {
 
         fn flush(&self) -> io::Result<()> {
             self.disk.flush()
+        }
+    }
+
+    /// Fails every read (or every write) that covers `lba`, as a sector
+    /// the drive cannot read (or write, or remap) does.
+    struct BadSector {
+        disk: Flaky,
+        lba: u64,
+        writes: bool,
+    }
+
+    impl BadSector {
+        fn check(&self, len: usize, offset: u64, write: bool) -> io::Result<()> {
+            match write == self.writes && (offset..offset + len as u64).contains(&(self.lba * 512))
+            {
+                true => Err(io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error())),
+                false => Ok(()),
+            }
+        }
+    }
+
+    impl Disk for BadSector {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.check(buf.len(), offset, false)?;
+            self.disk.read_at(buf, offset)
+        }
+
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            self.check(buf.len(), offset, true)?;
+            self.disk.write_at(buf, offset)
+        }
+
+        fn flush(&self) -> io::Result<()> {
+            self.disk.flush()
+        }
+    }
+
+    /// An I/O error half-way (a chunk's destination unwritable, or its
+    /// source unreadable), in a move whose writes never overwrite a source
+    /// (so nothing forced a commit): the journal keeps every chunk before
+    /// it, verified, and the rerun goes on from there.
+    #[test]
+    fn an_io_error_commits_the_chunks_before_it() {
+        let m = Move {
+            old_start: 63,
+            new_start: 200,
+            sectors: 100,
+            chunk_bytes: 4096,
+            ..sample_move()
+        };
+        let mut original = image();
+        original[..512].copy_from_slice(&m.writes[0].old);
+        let want = original[63 * 512..163 * 512].to_vec();
+        for (writes, start, what) in [(true, 200, "writing"), (false, 63, "reading")] {
+            let lba = start + m.chunk(5).0 / 512 + 3;
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("j");
+            let mut j = Journal::create(&path, m.clone()).unwrap();
+            let disk = BadSector { disk: Flaky::new(original.clone(), u64::MAX), lba, writes };
+            let err = run(&disk, &mut j, &mut |_| {}).unwrap_err().to_string();
+            assert!(err.contains(&format!("{what} LBA {lba}")), "{err}");
+            let mut j = Journal::open(&path).unwrap();
+            assert_eq!((j.state.phase, j.state.cursor), (Phase::Copying, 5), "{what}");
+            let survivor = Flaky::new(disk.disk.power_cut(0), u64::MAX);
+            run(&survivor, &mut j, &mut |_| {}).unwrap();
+            assert!(survivor.power_cut(1)[200 * 512..300 * 512] == want[..], "{what}");
         }
     }
 
