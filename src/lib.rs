@@ -35,8 +35,8 @@ pub use commit::{commit_table, old_bytes, Commit, CommitError, Committed, Held, 
 pub use table::write::{encode_table, Chunk, Ids};
 // Move a partition.
 pub use realign::session::{
-    Done, Events, MoveOptions, MoveRefusal, Outcome, PlannedMove, Session, SessionError, Stop,
-    WayOn,
+    Done, Events, GoneDisk, MoveOptions, MoveRefusal, Outcome, PlannedMove, Session, SessionError,
+    Stop, WayOn,
 };
 pub use realign::state::Store;
 // Rewrite a table for the other sector size.

@@ -768,6 +768,22 @@ fn a_failing_disk_cannot_corner_a_move() {
     assert!(moved == expected, "f.bin after the rescue is not the original with block 10 zeroed");
     assert_journal_clean(&rescued);
 
+    // Issue 28, 4: the disk deleted mid-move says it is gone and how it is
+    // known; back under another name, the same command on it finishes.
+    let vanished = json("vanished.json");
+    let stopped = said("vanished-stopped");
+    assert_eq!(vanished["stop"], 2, "{stopped}");
+    assert!(stopped.contains("is gone") && stopped.contains("not by its name"), "{stopped}");
+    assert_ne!(vanished["old"], vanished["new"], "the disk came back under its old name");
+    assert_eq!(vanished["exit"], 0, "{}", said("vanished"));
+    assert_eq!(
+        (&vanished["start"], &vanished["same"], &vanished["fsck"]),
+        (&Value::from(2048), &Value::from(true), &Value::from(0)),
+        "{vanished}\n{}",
+        text("vanished.fsck")
+    );
+    assert_journal_clean(&vanished);
+
     // A write error (a device-mapper error segment where the first chunk
     // lands) stops the move; --undo, or the same command once the fault is
     // gone (the table reloaded linear), ends in a whole partition.

@@ -15,6 +15,8 @@
 #   sectors, which would fail its verification); ddrescuelog's list of the
 #   map, f.bin as moved (f.rescued) and as expected (f.bin with its bad
 #   block zeroed: f.expected), e2fsck -fn (rescued.json).
+# - vanished: the disk deleted mid-move and back under another name
+#   (below).
 # - write-undo, write-rerun: write errors from a device-mapper `error`
 #   segment (below).
 # Each case: the journal's size and whether the marker in the file system
@@ -115,6 +117,43 @@ printf '{"bad": %s, "exit": %s, "start": %s, "fsck": %s, "marker_same": %s, %s}\
   "$bad" "$rescue" "$start" "$fsck" \
   "$(cmp -s /tmp/files/marker.txt /tmp/marker.moved && echo true || echo false)" \
   "$(journal_json)" >"$out/rescued.json"
+
+# vanished: the disk deleted mid-move, after its first chunk, as an unplug
+# or a controller reset does (/sys/block/sdX/device/delete), its name kept
+# taken by an open handle, then found by a SCSI host rescan under another
+# name; the same command on the new name finishes (vanished.json). Slowed
+# (64 KiB a command, 20 ms each) so the move is caught half-way.
+fresh
+before=$(sha 63 80000)
+old=${d#/dev/} old_journal=$(journal)
+echo 64 >"/sys/block/$old/queue/max_sectors_kb"
+echo 5 >/sys/bus/pseudo/drivers/scsi_debug/delay
+"$BLKALIGN" realign "$d" 1 --yes --no-read-check >"$out/vanished-stopped.out" \
+  2>"$out/vanished-stopped.err" &
+mover=$!
+for _ in $(seq 200); do
+  [[ $("$BLKALIGN" realign --status "$old_journal" --json 2>/dev/null) =~ \"chunks_done\":\ *([0-9]+) ]] &&
+    [ "${BASH_REMATCH[1]}" -ge 1 ] && break
+  sleep 0.2
+done
+exec 7<"$d"
+echo 1 >"/sys/block/$old/device/delete"
+stop=0
+wait "$mover" || stop=$?
+echo 0 >/sys/bus/pseudo/drivers/scsi_debug/delay
+echo "- - -" >"/sys/class/scsi_host/${host##*/}/scan"
+lab_settle
+d=/dev/$(ls "$host"/target*/*/block/ | head -1)
+exec 7<&-
+exit=$(realign vanished 1 --yes)
+start=$(first_start)
+fsck=0
+e2fsck -fn "$d?offset=$((start * 512))" >"$out/vanished.fsck" 2>&1 || fsck=$?
+printf '{"stop": %s, "old": "%s", "new": "%s", "exit": %s, "start": %s, "same": %s, "fsck": %s, "journal_bytes": %s, "journal_has_marker": %s}\n' \
+  "$stop" "$old" "${d#/dev/}" "$exit" "$start" \
+  "$([ "$(sha "$start" 80000)" = "$before" ] && echo true || echo false)" "$fsck" \
+  "$(stat -c %s "$old_journal" 2>/dev/null || echo -1)" \
+  "$(grep -q "$MARK" "$old_journal" 2>/dev/null && echo true || echo false)" >"$out/vanished.json"
 
 # Write errors, from device-mapper: the same image on a loop device under
 # a dm table that is linear but for an `error` segment at LBA 81000, where

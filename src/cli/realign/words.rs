@@ -3,7 +3,7 @@
 //! returns the data (`Stop`, `WayOn`, `MoveRefusal::BeingUndone`); the
 //! sentences with `blkalign` commands in them are the CLI's, here.
 
-use blkalign::realign::session::{MoveRefusal, SessionError, Stop, WayOn};
+use blkalign::realign::session::{GoneDisk, MoveRefusal, SessionError, Stop, WayOn};
 use blkalign::units::human_size;
 use std::path::Path;
 
@@ -49,6 +49,29 @@ fn way_on(way: &WayOn) -> String {
             "Once the cause is fixed, finish the undo with `{} --undo`",
             finish_command(target, *partition)
         ),
+        WayOn::Vanished(gone) => {
+            let GoneDisk { target, partition, identity, undoing } = &**gone;
+            let known: Vec<String> = [
+                Some(format!("size {} bytes", identity.size_bytes)),
+                identity.serial.as_ref().map(|s| format!("serial {s}")),
+                identity.wwid.as_ref().map(|w| format!("WWN {w}")),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let (finish, other) = match undoing {
+                true => ("--undo --yes", "finishes the undo"),
+                false => ("--yes", "finishes the move; `--undo --yes` puts the partition back"),
+            };
+            format!(
+                "{} is gone (unplugged, or dropped by its controller); the move is journaled \
+                 where it stopped. Once the disk is back, under whatever name, `blkalign realign \
+                 DISK {partition} {finish}` (DISK: its node then) {other}. The journal knows \
+                 the disk by its {}, not by its name",
+                target.display(),
+                known.join(", ")
+            )
+        }
     }
 }
 
@@ -81,6 +104,19 @@ pub(super) fn in_words(err: anyhow::Error) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use blkalign::device::Identity;
+
+    #[test]
+    fn a_vanished_disk_is_found_again_by_what_it_is() {
+        let identity =
+            Identity { size_bytes: 1 << 30, serial: Some("S1".into()), wwid: Some("naa.5".into()) };
+        let gone = GoneDisk { target: "/dev/sdb".into(), partition: 1, identity, undoing: false };
+        let way = WayOn::Vanished(Box::new(gone));
+        let words = way_on(&way);
+        assert!(words.starts_with("/dev/sdb is gone"), "{words}");
+        assert!(words.contains("`blkalign realign DISK 1 --yes`"), "{words}");
+        assert!(words.contains("size 1073741824 bytes, serial S1, WWN naa.5"), "{words}");
+    }
 
     #[test]
     fn a_partition_named_for_its_disk_gets_the_command_that_names_the_disk() {

@@ -2,7 +2,7 @@
 //! refusals made before anything is written, for a caller to match.
 
 use crate::device::exclusive::ExclusiveError;
-use crate::device::DeviceError;
+use crate::device::{DeviceError, Identity};
 use crate::realign::copy::MoveError;
 use crate::realign::journal::JournalError;
 use crate::realign::place::PlaceError;
@@ -98,6 +98,20 @@ pub enum WayOn {
     Rerun { target: PathBuf, partition: u32 },
     /// Once the cause is fixed, finish the undo.
     FinishUndo { target: PathBuf, partition: u32 },
+    /// The disk went away (unplugged, or dropped by its controller) with
+    /// the move journaled (boxed: errors stay small).
+    Vanished(Box<GoneDisk>),
+}
+
+/// A disk gone mid-move: once it is back, under whatever name, the same
+/// move (the undo, when `undoing`) run on it goes on. The journal's record
+/// finds it by `identity`, not by its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GoneDisk {
+    pub target: PathBuf,
+    pub partition: u32,
+    pub identity: Identity,
+    pub undoing: bool,
 }
 
 /// Where a run that a stop request ended left the disk.

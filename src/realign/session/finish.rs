@@ -2,7 +2,7 @@
 //! kernel, commit Done, remove the record; and what a stop or an error
 //! leaves, in words, with the ways on.
 
-use super::error::{io_error, MoveRefusal, SessionError, Stop, WayOn};
+use super::error::{io_error, GoneDisk, MoveRefusal, SessionError, Stop, WayOn};
 use super::events::{Done, Events, Outcome, Rescued};
 use super::host::hold;
 use super::open::Session;
@@ -115,6 +115,10 @@ impl Session {
         let (target, partition) = (self.target.path.clone(), m.partition);
         let (_, moved) = undo::moved(m, journal.state.phase, journal.state.cursor);
         let way_on = match &source {
+            MoveError::Io { .. } if !self.host.present() => {
+                let identity = m.identity.clone();
+                WayOn::Vanished(Box::new(GoneDisk { target, partition, identity, undoing: false }))
+            }
             MoveError::Io { what: "reading", source: e, .. } if scan::unreadable(e) => {
                 WayOn::Unreadable { target, partition, moved, retries: rescue::RETRIES }
             }
@@ -163,6 +167,32 @@ mod tests {
         assert_eq!(outcome, Outcome::Finished);
         assert_moved(&lab);
         assert!(lab.session.store.unfinished().is_empty());
+    }
+
+    /// A disk unplugged mid-move: the error says it is gone and knows it by
+    /// what it is; once it is back, the move found by its record finishes.
+    #[test]
+    fn a_disk_that_vanishes_mid_move_is_finished_once_back() {
+        let lab = lab();
+        let mut log = Log { unplug: Some(lab.mem.gone.clone()), ..Log::default() };
+        let no_check = MoveOptions { read_check: false, ..opts() };
+        let err = lab.session.move_all(&no_check, &[1], &mut log).unwrap_err();
+        let way_on = match &err {
+            SessionError::Move { way_on, .. } => way_on,
+            _ => panic!("{err}"),
+        };
+        let vanished = WayOn::Vanished(Box::new(GoneDisk {
+            target: lab.session.target.path.clone(),
+            partition: 1,
+            identity: lab.session.identity.clone(),
+            undoing: false,
+        }));
+        assert_eq!(way_on, &vanished);
+        lab.mem.gone.store(false, Ordering::Relaxed);
+        let journal = lab.session.unfinished(None).unwrap().expect("found by its record");
+        let outcome = lab.session.finish(journal, false, &mut Log::default()).unwrap();
+        assert_eq!(outcome, Outcome::Finished);
+        assert_moved(&lab);
     }
 
     /// An undo under way is finished by --undo, never by a rerun of the

@@ -29,6 +29,9 @@ pub trait Host {
     fn read_rate(&self, offset: u64, bytes: u64) -> Option<f64>;
     /// The target for reading what is on it, not in a cache (O_DIRECT).
     fn direct_reader(&self) -> Result<Box<dyn ReadAt>, SessionError>;
+    /// Whether the target is still there, asked after an I/O error: a disk
+    /// unplugged or dropped by its controller has left sysfs.
+    fn present(&self) -> bool;
 }
 
 /// That the in-use check passed: only [`hold`] makes one, right after the
@@ -110,6 +113,22 @@ impl Host for DiskHost {
             .or_else(|_| File::open(path))
             .map_err(io_error(format!("opening {}", path.display())))?;
         Ok(Box::new(file))
+    }
+
+    /// The kernel removes a disk's sysfs entry shortly after its I/O
+    /// starts failing: asked for up to a second before saying it stayed.
+    fn present(&self) -> bool {
+        let entry = match (&self.target.name, self.target.kind) {
+            (Some(name), TargetKind::Disk) => self.root.sys.join("block").join(name),
+            _ => self.target.path.clone(),
+        };
+        for _ in 0..10 {
+            if !entry.exists() {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        true
     }
 
     fn read_rate(&self, offset: u64, bytes: u64) -> Option<f64> {

@@ -52,10 +52,22 @@ pub(super) struct Mem {
     pub(super) told: Arc<Mutex<Vec<u32>>>,
     /// Sectors whose reads fail with EIO until they are written.
     pub(super) unreadable: Arc<Mutex<Vec<u64>>>,
+    /// Unplugged: every read and write fails, and the host says so.
+    pub(super) gone: Arc<AtomicBool>,
+}
+
+impl Mem {
+    fn plugged(&self) -> std::io::Result<()> {
+        match self.gone.load(Ordering::Relaxed) {
+            true => Err(std::io::Error::from_raw_os_error(5)),
+            false => Ok(()),
+        }
+    }
 }
 
 impl ReadAt for Mem {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.plugged()?;
         let lbas = offset / SS as u64..(offset + buf.len() as u64).div_ceil(SS as u64);
         if self.unreadable.lock().unwrap().iter().any(|b| lbas.contains(b)) {
             return Err(std::io::Error::from_raw_os_error(5));
@@ -70,6 +82,7 @@ impl Disk for Mem {
     }
 
     fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.plugged()?;
         // A failing write lands half-way, as a cut-off request may.
         let mut left = self.writes_left.lock().unwrap();
         let fails = *left == Some(0);
@@ -122,6 +135,10 @@ impl Host for Mem {
     fn direct_reader(&self) -> Result<Box<dyn ReadAt>, SessionError> {
         Ok(Box::new(self.clone()))
     }
+
+    fn present(&self) -> bool {
+        !self.gone.load(Ordering::Relaxed)
+    }
 }
 
 #[derive(Default)]
@@ -130,11 +147,16 @@ pub(super) struct Log {
     pub(super) done: Vec<Done>,
     pub(super) stop_after_progress: bool,
     pub(super) progressed: bool,
+    /// Set at the first progress: the disk unplugged mid-move.
+    pub(super) unplug: Option<Arc<AtomicBool>>,
 }
 
 impl Events for Log {
     fn progress(&mut self, _: u64) {
         self.progressed = true;
+        if let Some(gone) = &self.unplug {
+            gone.store(true, Ordering::Relaxed);
+        }
     }
     fn stop_requested(&self) -> bool {
         self.stop_after_progress && self.progressed
@@ -176,6 +198,7 @@ pub(super) fn lab_with(img: Vec<u8>) -> Lab {
         kernel_refuses: Arc::default(),
         told: Arc::default(),
         unreadable: Arc::default(),
+        gone: Arc::default(),
     };
     let session = Session::with(
         target,

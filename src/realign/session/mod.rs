@@ -28,7 +28,7 @@ mod status;
 mod undo;
 
 pub use dry_run::PlannedMove;
-pub use error::{MoveRefusal, SessionError, Stop, WayOn};
+pub use error::{GoneDisk, MoveRefusal, SessionError, Stop, WayOn};
 pub use events::{Done, Events, Outcome};
 pub use open::Session;
 pub use options::MoveOptions;

@@ -1,7 +1,7 @@
 //! `--undo`: a stopped move taken back under its own journal, then the
 //! first journal marked undone and its record forgotten.
 
-use super::error::{io_error, MoveRefusal, SessionError, Stop, WayOn};
+use super::error::{io_error, GoneDisk, MoveRefusal, SessionError, Stop, WayOn};
 use super::events::{Events, Outcome};
 use super::host::hold;
 use super::open::Session;
@@ -10,6 +10,7 @@ use crate::realign::copy::{self, MoveError};
 use crate::realign::journal::Journal;
 use crate::realign::journal::Phase;
 use crate::realign::undo::{self, BeginError};
+use crate::realign::Move;
 use std::cell::RefCell;
 
 impl Session {
@@ -33,7 +34,7 @@ impl Session {
                 BeginError::Io { lba, source } => SessionError::Move {
                     source: MoveError::Io { what: "writing", lba, source },
                     journal: forward.path().to_path_buf(),
-                    way_on: self.undo_way_on(forward.record.partition),
+                    way_on: self.undo_way_on(&forward.record),
                 },
             })?
         };
@@ -62,7 +63,7 @@ impl Session {
                     }));
                 }
                 Err(source) => {
-                    let way_on = self.undo_way_on(forward.record.partition);
+                    let way_on = self.undo_way_on(&forward.record);
                     return Err(SessionError::Move { source, journal: undo_path, way_on });
                 }
                 Ok(()) => back.commit(Phase::Done, back.record.chunks(), None)?,
@@ -90,8 +91,16 @@ impl Session {
         Ok(Outcome::Finished)
     }
 
-    fn undo_way_on(&self, partition: u32) -> WayOn {
-        WayOn::FinishUndo { target: self.target.path.clone(), partition }
+    /// How an undo stopped by an I/O error goes on.
+    fn undo_way_on(&self, m: &Move) -> WayOn {
+        let (target, partition) = (self.target.path.clone(), m.partition);
+        match self.host.present() {
+            true => WayOn::FinishUndo { target, partition },
+            false => {
+                let identity = m.identity.clone();
+                WayOn::Vanished(Box::new(GoneDisk { target, partition, identity, undoing: true }))
+            }
+        }
     }
 }
 
