@@ -140,4 +140,26 @@ mod tests {
         assert!(!undo::path(&path).exists(), "the undo's journal is gone");
         assert!(std::fs::metadata(&path).unwrap().len() < 64 << 10, "saved chunks scrubbed");
     }
+
+    /// An undo on a disk that is gone says so (and that the undo is what
+    /// goes on); back, the undo finishes.
+    #[test]
+    fn an_undo_on_a_vanished_disk_goes_on_once_it_is_back() {
+        let lab = lab();
+        let to_64 = MoveOptions { to: Some(64), ..opts() };
+        *lab.mem.writes_left.lock().unwrap() = Some(0);
+        lab.session.move_all(&to_64, &[1], &mut Log::default()).unwrap_err();
+        *lab.mem.writes_left.lock().unwrap() = None;
+        let journal = lab.session.unfinished(None).unwrap().expect("stopped half-way");
+        lab.mem.gone.store(true, std::sync::atomic::Ordering::Relaxed);
+        let err = lab.session.undo(journal, &mut Log::default()).unwrap_err();
+        let SessionError::Move { way_on: WayOn::Vanished(gone), .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert!(gone.undoing && gone.partition == 1, "{gone:?}");
+        lab.mem.gone.store(false, std::sync::atomic::Ordering::Relaxed);
+        let journal = lab.session.unfinished(None).unwrap().expect("still unfinished");
+        assert_eq!(lab.session.undo(journal, &mut Log::default()).unwrap(), Outcome::Finished);
+        assert_eq!(*lab.mem.bytes.lock().unwrap(), image(), "every byte as before the move");
+    }
 }
