@@ -31,6 +31,13 @@ pub enum MoveError {
          nor the new bytes"
     )]
     Changed { what: String, offset: u64 },
+    /// Acknowledged and flushed, yet not on the disk: a disk or bridge that
+    /// drops writes. The journal still says the region is to be written.
+    #[error(
+        "the disk does not return the {what} written at byte {offset}: it acknowledged the write \
+         and dropped it"
+    )]
+    Dropped { what: String, offset: u64 },
     #[error("writing the rescue map {}: {source}", path.display())]
     Map { path: std::path::PathBuf, source: io::Error },
     /// `stop` asked to stop; the journal records how far, durably.
@@ -425,11 +432,14 @@ fn verify_behind(
     }
 }
 
-/// `writes` of `m` in the recorded order, each flushed before the next. A
-/// region already holding its new bytes was written before a crash; one
-/// holding neither old nor new means the disk is not the one the journal
-/// was made for, or something else wrote to it: checked for every region
-/// before any is written, so such a disk is left as it was found.
+/// `writes` of `m` in the recorded order, each flushed before the next,
+/// then all read back (past any cache): the table is the last word of a
+/// verified copy, and a dropped table write would leave the partition
+/// where its bytes no longer are. A region already holding its new bytes
+/// was written before a crash; one holding neither old nor new means the
+/// disk is not the one the journal was made for, or something else wrote
+/// to it: checked for every region before any is written, so such a disk
+/// is left as it was found.
 fn write_all(disk: &dyn Disk, m: &Move, writes: &[Write]) -> Result<(), MoveError> {
     let mut pending = Vec::new();
     for w in writes {
@@ -442,11 +452,19 @@ fn write_all(disk: &dyn Disk, m: &Move, writes: &[Write]) -> Result<(), MoveErro
             return Err(MoveError::Changed { what: w.what.clone(), offset: w.offset });
         }
         now.bytes_mut().copy_from_slice(&w.new);
-        pending.push((w.offset, now));
+        pending.push((w, now));
     }
-    for (offset, bytes) in pending {
-        disk.write_at(bytes.bytes(), offset).map_err(|e| io_at("writing", offset, m, e))?;
-        disk.flush().map_err(|e| io_at("flushing after", offset, m, e))?;
+    for (w, bytes) in &pending {
+        disk.write_at(bytes.bytes(), w.offset).map_err(|e| io_at("writing", w.offset, m, e))?;
+        disk.flush().map_err(|e| io_at("flushing after", w.offset, m, e))?;
+    }
+    for (w, bytes) in &pending {
+        let mut back = AlignedBuf::new(bytes.bytes().len(), 0);
+        disk.read_at(back.bytes_mut(), w.offset)
+            .map_err(|e| io_at("reading back", w.offset, m, e))?;
+        if back.bytes() != bytes.bytes() {
+            return Err(MoveError::Dropped { what: w.what.clone(), offset: w.offset });
+        }
     }
     Ok(())
 }
@@ -709,6 +727,25 @@ pub(crate) mod tests {
             run(&survivor, &mut j, &mut |_| {}).unwrap();
             assert!(survivor.power_cut(1)[200 * 512..300 * 512] == want[..], "{what}");
         }
+    }
+
+    /// The table's write acknowledged and dropped: the move stops naming
+    /// it, still before `TableWritten`, and a rerun writes it.
+    #[test]
+    fn a_dropped_table_write_is_found_and_the_rerun_writes_it() {
+        let (m, original) = one_sector_right();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let mut j = Journal::create(&path, m.clone()).unwrap();
+        let disk = Lying { disk: Flaky::new(original, u64::MAX), lba: 0 };
+        let err = run(&disk, &mut j, &mut |_| {}).unwrap_err();
+        assert!(matches!(&err, MoveError::Dropped { offset: 0, what } if what == "mbr"), "{err}");
+        let mut j = Journal::open(&path).unwrap();
+        assert_eq!(j.state.phase, Phase::Verified);
+        let survivor = Flaky::new(disk.disk.power_cut(1), u64::MAX);
+        run(&survivor, &mut j, &mut |_| {}).unwrap();
+        assert_eq!(survivor.power_cut(1)[..512], m.writes[0].new[..]);
+        assert_eq!(j.state.phase, Phase::TableWritten);
     }
 
     /// One sector right in 8-sector chunks: chunk 0 goes to LBAs 156-163,

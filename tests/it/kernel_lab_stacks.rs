@@ -801,6 +801,28 @@ fn a_failing_disk_cannot_corner_a_move() {
         );
         assert_journal_clean(&r);
     }
+
+    // dm-flakey: down for the first run, then up and down by the second;
+    // reruns end in the whole partition at 2048, dropped writes included.
+    for (mode, stopped_by) in
+        [("error_writes", "I/O error writing"), ("drop_writes", "it acknowledged")]
+    {
+        let r = json(&format!("flakey-{mode}.json"));
+        let first = said(&format!("flakey-{mode}-1"));
+        assert_eq!(r["first"], 2, "{mode}: the first run, all writes failing: {first}");
+        assert!(
+            first.contains(stopped_by) || first.contains("verification failed"),
+            "{mode}: {first}"
+        );
+        let last = format!("flakey-{mode}-{}", r["runs"]);
+        assert_eq!(r["exit"], 0, "{mode}: {r}: {}", said(&last));
+        assert_eq!(
+            (&r["start"], &r["same"], &r["fsck"]),
+            (&Value::from(2048), &Value::from(true), &Value::from(0)),
+            "{mode}: {r}\n{}",
+            text(&format!("flakey-{mode}.fsck"))
+        );
+    }
 }
 
 /// A finished journal keeps its record only: a few KiB, no user bytes.

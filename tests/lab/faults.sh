@@ -19,6 +19,7 @@
 #   (below).
 # - write-undo, write-rerun: write errors from a device-mapper `error`
 #   segment (below).
+# - flakey-error_writes, flakey-drop_writes: dm-flakey (below).
 # Each case: the journal's size and whether the marker in the file system
 # is in it.
 set -euo pipefail
@@ -193,6 +194,36 @@ for way in undo rerun; do
     "$stop" "$exit" "$start" "$moved_to" \
     "$([ "$(sha "$start" 80000)" = "$before" ] && echo true || echo false)" "$fsck" \
     "$(journal_json)" >"$out/write-$way.json"
+  dmsetup remove faulty
+done
+
+# flakey-error_writes, flakey-drop_writes: the image under dm-flakey, down
+# for the first run (every write failing, or acknowledged and dropped as a
+# lying disk does), then up 2 s and down 1 s: the same command rerun until
+# it finishes (30 runs at most). Each run goes on from the journal; a
+# dropped write is found by the verification or the table's read-back.
+for mode in error_writes drop_writes; do
+  dd if="$img" of="$loopdev" bs=4M oflag=direct status=none
+  rm -rf /tmp/state/*
+  printf '0 %s flakey %s 0 0 1 1 %s\n' "$size" "$loopdev" "$mode" | dmsetup create faulty
+  before=$(sha 63 80000)
+  first=$(realign "flakey-$mode-1" 1 --yes)
+  printf '0 %s flakey %s 0 2 1 1 %s\n' "$size" "$loopdev" "$mode" | dmsetup load faulty
+  dmsetup resume faulty
+  runs=1 exit=$first
+  while [ "$exit" != 0 ] && [ "$runs" -lt 30 ]; do
+    runs=$((runs + 1))
+    exit=$(realign "flakey-$mode-$runs" 1 --yes)
+  done
+  printf '0 %s linear %s 0\n' "$size" "$loopdev" | dmsetup load faulty
+  dmsetup resume faulty
+  start=$(first_start)
+  fsck=0
+  e2fsck -fn "$d?offset=$((start * 512))" >"$out/flakey-$mode.fsck" 2>&1 || fsck=$?
+  printf '{"first": %s, "runs": %s, "exit": %s, "start": %s, "same": %s, "fsck": %s}\n' \
+    "$first" "$runs" "$exit" "$start" \
+    "$([ "$(sha "$start" 80000)" = "$before" ] && echo true || echo false)" "$fsck" \
+    >"$out/flakey-$mode.json"
   dmsetup remove faulty
 done
 losetup -d "$loopdev"
