@@ -199,7 +199,7 @@ done
 
 # flakey-error_writes, flakey-drop_writes: the image under dm-flakey, down
 # for the first run (every write failing, or acknowledged and dropped as a
-# lying disk does), then up 2 s and down 1 s: the same command rerun until
+# lying disk does), then up 4 s and down 1 s: the same command rerun until
 # it finishes (30 runs at most). Each run goes on from the journal; a
 # dropped write is found by the verification or the table's read-back.
 for mode in error_writes drop_writes; do
@@ -208,7 +208,7 @@ for mode in error_writes drop_writes; do
   printf '0 %s flakey %s 0 0 1 1 %s\n' "$size" "$loopdev" "$mode" | dmsetup create faulty
   before=$(sha 63 80000)
   first=$(realign "flakey-$mode-1" 1 --yes)
-  printf '0 %s flakey %s 0 2 1 1 %s\n' "$size" "$loopdev" "$mode" | dmsetup load faulty
+  printf '0 %s flakey %s 0 4 1 1 %s\n' "$size" "$loopdev" "$mode" | dmsetup load faulty
   dmsetup resume faulty
   runs=1 exit=$first
   while [ "$exit" != 0 ] && [ "$runs" -lt 30 ]; do
