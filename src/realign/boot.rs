@@ -14,7 +14,7 @@ use super::session::{Events, MoveOptions, MoveRefusal, Outcome, Session, Session
 use super::state::Store;
 use crate::device::exclusive::Mount;
 use crate::device::{self, sysfs, Identity, Overrides, SysRoot};
-use crate::table::Layout;
+use crate::table::{self, Layout};
 use serde::{Deserialize, Serialize};
 use std::fs;
 use std::io::Write as _;
@@ -232,7 +232,7 @@ pub fn run(
     action: Action,
     events: &mut dyn Events,
 ) -> Result<Ran, SessionError> {
-    let disk = match find_disks(root, &plan.identity).as_slice() {
+    let disk = match find_disks(root, plan).as_slice() {
         [one] => one.clone(),
         [] => {
             return Ok(Ran::Refused(format!(
@@ -356,10 +356,12 @@ fn run_quietly(program: &str, args: &[&str]) {
     let _ = std::process::Command::new(program).args(args).output();
 }
 
-/// The whole disks whose identity is `id`: same size, and the same serial
-/// and WWN where the plan knows them (a disk that does not say is not the
-/// one that did).
-pub fn find_disks(root: &SysRoot, id: &Identity) -> Vec<PathBuf> {
+/// The whole disks that are `plan`'s: same size, and the same serial and
+/// WWN where the plan knows them (a disk that does not say is not the one
+/// that did). Where several are (disks without a serial: loop devices,
+/// virtual disks), those whose table is the one scheduled or already moved.
+pub fn find_disks(root: &SysRoot, plan: &BootPlan) -> Vec<PathBuf> {
+    let id = &plan.identity;
     let names = fs::read_dir(root.sys.join("block")).into_iter().flatten().flatten();
     let mut found = Vec::new();
     for name in names.map(|e| e.file_name().to_string_lossy().into_owned()) {
@@ -373,10 +375,22 @@ pub fn find_disks(root: &SysRoot, id: &Identity) -> Vec<PathBuf> {
             && known(&id.serial, &here.serial)
             && known(&id.wwid, &here.wwid)
         {
-            found.push(path);
+            let ss = opened.topology.logical_sector_size.value;
+            let planned = table::read(&opened.file, ss, here.size_bytes)
+                .is_ok_and(|layout| plan.table_changed(&layout).is_none());
+            found.push((path, planned));
         }
     }
-    found
+    prefer_planned(found)
+}
+
+/// The disks found, each with whether its table is the plan's: only those
+/// whose table is, where several were found and any is.
+fn prefer_planned(mut found: Vec<(PathBuf, bool)>) -> Vec<PathBuf> {
+    if found.len() > 1 && found.iter().any(|(_, planned)| *planned) {
+        found.retain(|(_, planned)| *planned);
+    }
+    found.into_iter().map(|(path, _)| path).collect()
 }
 
 /// The block device holding the file system whose UUID is `uuid`.
@@ -541,6 +555,21 @@ mod tests {
         }
         img[510..512].copy_from_slice(&[0x55, 0xAA]);
         table::read(&img, 512, img.len() as u64).unwrap()
+    }
+
+    /// Two disks alike but for their tables (no serial to tell them
+    /// apart): the one with the plan's table is the plan's; two with it,
+    /// or none, stay ambiguous for the caller to refuse.
+    #[test]
+    fn of_disks_alike_the_one_with_the_planned_table_is_chosen() {
+        let p = |s: &str| PathBuf::from(s);
+        let found = vec![(p("/dev/loop0"), false), (p("/dev/loop1"), true)];
+        assert_eq!(prefer_planned(found), [p("/dev/loop1")]);
+        let both = vec![(p("/dev/loop0"), true), (p("/dev/loop1"), true)];
+        assert_eq!(prefer_planned(both).len(), 2);
+        let neither = vec![(p("/dev/loop0"), false), (p("/dev/loop1"), false)];
+        assert_eq!(prefer_planned(neither).len(), 2);
+        assert_eq!(prefer_planned(vec![(p("/dev/sda"), false)]), [p("/dev/sda")]);
     }
 
     #[test]

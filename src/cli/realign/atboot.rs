@@ -466,15 +466,14 @@ fn grub_disk(root: &SysRoot, plan: &BootPlan, dir: &Path) -> anyhow::Result<Opti
     if !plan.grub_redirect {
         return Ok(None);
     }
-    let [disk] =
-        boot::find_disks(root, &plan.identity).try_into().map_err(|found: Vec<PathBuf>| {
-            anyhow::anyhow!(
-                "{} disks are the one the move was scheduled on: GRUB still boots from {} until \
+    let [disk] = boot::find_disks(root, plan).try_into().map_err(|found: Vec<PathBuf>| {
+        anyhow::anyhow!(
+            "{} disks are the one the move was scheduled on: GRUB still boots from {} until \
                  this runs with that disk attached",
-                found.len(),
-                dir.display()
-            )
-        })?;
+            found.len(),
+            dir.display()
+        )
+    })?;
     Ok(Some(disk))
 }
 
@@ -559,7 +558,7 @@ pub fn run_in_initramfs(plan_path: &Path, args: &Args, root: SysRoot) -> anyhow:
             eprintln!("blkalign: warning: the result was not recorded: {e}");
         }
     };
-    wait_for(|| (boot::find_disks(&root, &plan.identity).len() == 1).then_some(()));
+    wait_for(|| (boot::find_disks(&root, &plan).len() == 1).then_some(()));
     match boot::run(&root, &plan, &dir, action, &mut Console::default()) {
         Ok(Ran::Done) => {
             record(BootState::Done, None);
