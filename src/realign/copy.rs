@@ -639,57 +639,47 @@ pub(crate) mod tests {
         assert!(survivor.power_cut(1)[64 * 512..164 * 512] == want[..]);
     }
 
-    /// Acknowledges a write covering `lba` and drops it, as a failing drive
-    /// or a lying bridge might.
-    struct Lying {
-        disk: Flaky,
-        lba: u64,
+    /// What a [`BadSector`] does to the I/O that covers it.
+    #[derive(PartialEq)]
+    enum Fault {
+        /// Reads fail with EIO, as for a pending sector.
+        Unreadable,
+        /// Writes fail with EIO, as for a sector the drive cannot remap.
+        Unwritable,
+        /// Writes are acknowledged and dropped, as a lying bridge does.
+        Dropped,
     }
 
-    impl Disk for Lying {
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-            self.disk.read_at(buf, offset)
-        }
-
-        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-            match (offset..offset + buf.len() as u64).contains(&(self.lba * 512)) {
-                true => Ok(()),
-                false => self.disk.write_at(buf, offset),
-            }
-        }
-
-        fn flush(&self) -> io::Result<()> {
-            self.disk.flush()
-        }
-    }
-
-    /// Fails every read (or every write) that covers `lba`, as a sector
-    /// the drive cannot read (or write, or remap) does.
     struct BadSector {
         disk: Flaky,
         lba: u64,
-        writes: bool,
+        fault: Fault,
     }
 
     impl BadSector {
-        fn check(&self, len: usize, offset: u64, write: bool) -> io::Result<()> {
-            match write == self.writes && (offset..offset + len as u64).contains(&(self.lba * 512))
-            {
-                true => Err(io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error())),
-                false => Ok(()),
-            }
+        fn covers(&self, len: usize, offset: u64) -> bool {
+            (offset..offset + len as u64).contains(&(self.lba * 512))
         }
+    }
+
+    fn eio() -> io::Error {
+        io::Error::from_raw_os_error(rustix::io::Errno::IO.raw_os_error())
     }
 
     impl Disk for BadSector {
         fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-            self.check(buf.len(), offset, false)?;
+            if self.fault == Fault::Unreadable && self.covers(buf.len(), offset) {
+                return Err(eio());
+            }
             self.disk.read_at(buf, offset)
         }
 
         fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-            self.check(buf.len(), offset, true)?;
-            self.disk.write_at(buf, offset)
+            match (&self.fault, self.covers(buf.len(), offset)) {
+                (Fault::Unwritable, true) => Err(eio()),
+                (Fault::Dropped, true) => Ok(()),
+                _ => self.disk.write_at(buf, offset),
+            }
         }
 
         fn flush(&self) -> io::Result<()> {
@@ -713,12 +703,14 @@ pub(crate) mod tests {
         let mut original = image();
         original[..512].copy_from_slice(&m.writes[0].old);
         let want = original[63 * 512..163 * 512].to_vec();
-        for (writes, start, what) in [(true, 200, "writing"), (false, 63, "reading")] {
+        for (fault, start, what) in
+            [(Fault::Unwritable, 200, "writing"), (Fault::Unreadable, 63, "reading")]
+        {
             let lba = start + m.chunk(5).0 / 512 + 3;
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("j");
             let mut j = Journal::create(&path, m.clone()).unwrap();
-            let disk = BadSector { disk: Flaky::new(original.clone(), u64::MAX), lba, writes };
+            let disk = BadSector { disk: Flaky::new(original.clone(), u64::MAX), lba, fault };
             let err = run(&disk, &mut j, &mut |_| {}).unwrap_err().to_string();
             assert!(err.contains(&format!("{what} LBA {lba}")), "{err}");
             let mut j = Journal::open(&path).unwrap();
@@ -737,7 +729,8 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j");
         let mut j = Journal::create(&path, m.clone()).unwrap();
-        let disk = Lying { disk: Flaky::new(original, u64::MAX), lba: 0 };
+        let disk =
+            BadSector { disk: Flaky::new(original, u64::MAX), lba: 0, fault: Fault::Dropped };
         let err = run(&disk, &mut j, &mut |_| {}).unwrap_err();
         assert!(matches!(&err, MoveError::Dropped { offset: 0, what } if what == "mbr"), "{err}");
         let mut j = Journal::open(&path).unwrap();
@@ -768,7 +761,8 @@ pub(crate) mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j");
         let mut j = Journal::create(&path, m.clone()).unwrap();
-        let disk = Lying { disk: Flaky::new(original, u64::MAX), lba: 150 };
+        let disk =
+            BadSector { disk: Flaky::new(original, u64::MAX), lba: 150, fault: Fault::Dropped };
         let err = run(&disk, &mut j, &mut |_| {}).unwrap_err();
         assert!(matches!(err, MoveError::Verify { lba: 148, len: 4096, .. }), "{err}");
         let mut j = Journal::open(&path).unwrap();

@@ -727,6 +727,15 @@ fn a_failing_disk_cannot_corner_a_move() {
     };
     let said =
         |name: &str| format!("{}{}", text(&format!("{name}.out")), text(&format!("{name}.err")));
+    // Case `name` ended with partition 1 at `start`, whole and clean.
+    let landed = |name: &str, r: &Value, start: &Value| {
+        assert_eq!(
+            (&r["start"], &r["same"], &r["fsck"]),
+            (start, &Value::from(true), &Value::from(0)),
+            "{name}: {r}\n{}",
+            text(&format!("{name}.fsck"))
+        );
+    };
 
     let refused = json("refused.json");
     let bad = refused["bad"].as_u64().expect("bad LBA");
@@ -742,12 +751,7 @@ fn a_failing_disk_cannot_corner_a_move() {
     assert!(stopped.contains("--undo") && stopped.contains("--rescue"), "{stopped}");
     assert!(undone["status"]["chunks_done"].as_u64() >= Some(1), "something moved: {undone}");
     assert_eq!(undone["exit"], 0, "{}", said("undone"));
-    assert_eq!(
-        (&undone["start"], &undone["same"], &undone["fsck"]),
-        (&Value::from(63), &Value::from(true), &Value::from(0)),
-        "{undone}\n{}",
-        text("undone.fsck")
-    );
+    landed("undone", &undone, &Value::from(63));
     assert_journal_clean(&undone);
 
     let rescued = json("rescued.json");
@@ -776,12 +780,7 @@ fn a_failing_disk_cannot_corner_a_move() {
     assert!(stopped.contains("is gone") && stopped.contains("not by its name"), "{stopped}");
     assert_ne!(vanished["old"], vanished["new"], "the disk came back under its old name");
     assert_eq!(vanished["exit"], 0, "{}", said("vanished"));
-    assert_eq!(
-        (&vanished["start"], &vanished["same"], &vanished["fsck"]),
-        (&Value::from(2048), &Value::from(true), &Value::from(0)),
-        "{vanished}\n{}",
-        text("vanished.fsck")
-    );
+    landed("vanished", &vanished, &Value::from(2048));
     assert_journal_clean(&vanished);
 
     // A write error (a device-mapper error segment where the first chunk
@@ -793,12 +792,7 @@ fn a_failing_disk_cannot_corner_a_move() {
         assert_eq!(r["stop"], 2, "{stopped}");
         assert!(stopped.contains("I/O error writing LBA 81000"), "names the LBA: {stopped}");
         assert_eq!(r["exit"], 0, "{}", said(&format!("write-{way}")));
-        assert_eq!(
-            (&r["start"], &r["same"], &r["fsck"]),
-            (&r["expected_start"], &Value::from(true), &Value::from(0)),
-            "{way}: {r}\n{}",
-            text(&format!("write-{way}.fsck"))
-        );
+        landed(&format!("write-{way}"), &r, &r["expected_start"]);
         assert_journal_clean(&r);
     }
 
@@ -816,12 +810,7 @@ fn a_failing_disk_cannot_corner_a_move() {
         );
         let last = format!("flakey-{mode}-{}", r["runs"]);
         assert_eq!(r["exit"], 0, "{mode}: {r}: {}", said(&last));
-        assert_eq!(
-            (&r["start"], &r["same"], &r["fsck"]),
-            (&Value::from(2048), &Value::from(true), &Value::from(0)),
-            "{mode}: {r}\n{}",
-            text(&format!("flakey-{mode}.fsck"))
-        );
+        landed(&format!("flakey-{mode}"), &r, &Value::from(2048));
     }
 }
 

@@ -61,12 +61,22 @@ fresh() {
   lab_settle
 }
 journal() { echo "/tmp/state/journals/$(basename "$d")-p1.journal"; }
-# journal_json: the journal's size and whether the marker is in it.
+# journal_json [JOURNAL]: the journal's (partition 1's of $d) size and
+# whether the marker is in it, as JSON members.
 journal_json() {
-  local j
-  j=$(journal)
+  local j=${1:-$(journal)}
   printf '"journal_bytes": %s, "journal_has_marker": %s' "$(stat -c %s "$j" 2>/dev/null || echo -1)" \
     "$(grep -q "$MARK" "$j" 2>/dev/null && echo true || echo false)"
+}
+# landed NAME: where partition 1 of $d ended and whether it is whole, as
+# JSON members: "start", "same" (its MD5 is $before), "fsck" (e2fsck -fn's
+# exit, its output in OUT/NAME.fsck).
+landed() {
+  local start fsck=0
+  start=$(first_start)
+  e2fsck -fn "$d?offset=$((start * 512))" >"$out/$1.fsck" 2>&1 || fsck=$?
+  printf '"start": %s, "same": %s, "fsck": %s' "$start" \
+    "$([ "$(sha "$start" 80000)" = "$before" ] && echo true || echo false)" "$fsck"
 }
 realign() { # NAME ARGS...: run, keep stdout and stderr, print the exit status
   local name=$1 status=0
@@ -92,12 +102,8 @@ stop=$(realign stopped 1 --yes --no-read-check)
 status=$("$BLKALIGN" realign --status "$(journal)" --json 2>/dev/null || true)
 undo=$(realign undone --undo --yes --json)
 errors 0
-start=$(first_start)
-fsck=0
-e2fsck -fn "$d?offset=$((63 * 512))" >"$out/undone.fsck" 2>&1 || fsck=$?
-printf '{"bad": %s, "stop": %s, "status": %s, "exit": %s, "start": %s, "same": %s, "fsck": %s, %s}\n' \
-  "$bad" "$stop" "${status:-null}" "$undo" "$start" \
-  "$([ "$(sha 63 80000)" = "$before" ] && echo true || echo false)" "$fsck" "$(journal_json)" \
+printf '{"bad": %s, "stop": %s, "status": %s, "exit": %s, %s, %s}\n' \
+  "$bad" "$stop" "${status:-null}" "$undo" "$(landed undone)" "$(journal_json)" \
   >"$out/undone.json"
 
 # rescued
@@ -147,14 +153,8 @@ lab_settle
 d=/dev/$(ls "$host"/target*/*/block/ | head -1)
 exec 7<&-
 exit=$(realign vanished 1 --yes)
-start=$(first_start)
-fsck=0
-e2fsck -fn "$d?offset=$((start * 512))" >"$out/vanished.fsck" 2>&1 || fsck=$?
-printf '{"stop": %s, "old": "%s", "new": "%s", "exit": %s, "start": %s, "same": %s, "fsck": %s, "journal_bytes": %s, "journal_has_marker": %s}\n' \
-  "$stop" "$old" "${d#/dev/}" "$exit" "$start" \
-  "$([ "$(sha "$start" 80000)" = "$before" ] && echo true || echo false)" "$fsck" \
-  "$(stat -c %s "$old_journal" 2>/dev/null || echo -1)" \
-  "$(grep -q "$MARK" "$old_journal" 2>/dev/null && echo true || echo false)" >"$out/vanished.json"
+printf '{"stop": %s, "old": "%s", "new": "%s", "exit": %s, %s, %s}\n' "$stop" "$old" \
+  "${d#/dev/}" "$exit" "$(landed vanished)" "$(journal_json "$old_journal")" >"$out/vanished.json"
 
 # Write errors, from device-mapper: the same image on a loop device under
 # a dm table that is linear but for an `error` segment at LBA 81000, where
@@ -167,6 +167,8 @@ modprobe dm-mod
 cp "$img" /tmp/dm.img
 loopdev=$(losetup -f --show /tmp/dm.img)
 size=$(blockdev --getsz "$loopdev")
+# reload: faulty's device-mapper table replaced by the one on stdin, live.
+reload() { dmsetup load faulty && dmsetup resume faulty; }
 faulty_table() {
   printf '0 81000 linear %s 0\n81000 8 error\n81008 %s linear %s 81008\n' \
     "$loopdev" $((size - 81008)) "$loopdev"
@@ -182,18 +184,12 @@ for way in undo rerun; do
     exit=$(realign "write-$way" --undo --yes)
     moved_to=63
   else
-    printf '0 %s linear %s 0\n' "$size" "$loopdev" | dmsetup load faulty
-    dmsetup resume faulty
+    printf '0 %s linear %s 0\n' "$size" "$loopdev" | reload
     exit=$(realign "write-$way" --yes)
     moved_to=2048
   fi
-  start=$(first_start)
-  fsck=0
-  e2fsck -fn "$d?offset=$((start * 512))" >"$out/write-$way.fsck" 2>&1 || fsck=$?
-  printf '{"stop": %s, "exit": %s, "start": %s, "expected_start": %s, "same": %s, "fsck": %s, %s}\n' \
-    "$stop" "$exit" "$start" "$moved_to" \
-    "$([ "$(sha "$start" 80000)" = "$before" ] && echo true || echo false)" "$fsck" \
-    "$(journal_json)" >"$out/write-$way.json"
+  printf '{"stop": %s, "exit": %s, "expected_start": %s, %s, %s}\n' "$stop" "$exit" \
+    "$moved_to" "$(landed "write-$way")" "$(journal_json)" >"$out/write-$way.json"
   dmsetup remove faulty
 done
 
@@ -208,22 +204,15 @@ for mode in error_writes drop_writes; do
   printf '0 %s flakey %s 0 0 1 1 %s\n' "$size" "$loopdev" "$mode" | dmsetup create faulty
   before=$(sha 63 80000)
   first=$(realign "flakey-$mode-1" 1 --yes)
-  printf '0 %s flakey %s 0 4 1 1 %s\n' "$size" "$loopdev" "$mode" | dmsetup load faulty
-  dmsetup resume faulty
+  printf '0 %s flakey %s 0 4 1 1 %s\n' "$size" "$loopdev" "$mode" | reload
   runs=1 exit=$first
   while [ "$exit" != 0 ] && [ "$runs" -lt 30 ]; do
     runs=$((runs + 1))
     exit=$(realign "flakey-$mode-$runs" 1 --yes)
   done
-  printf '0 %s linear %s 0\n' "$size" "$loopdev" | dmsetup load faulty
-  dmsetup resume faulty
-  start=$(first_start)
-  fsck=0
-  e2fsck -fn "$d?offset=$((start * 512))" >"$out/flakey-$mode.fsck" 2>&1 || fsck=$?
-  printf '{"first": %s, "runs": %s, "exit": %s, "start": %s, "same": %s, "fsck": %s}\n' \
-    "$first" "$runs" "$exit" "$start" \
-    "$([ "$(sha "$start" 80000)" = "$before" ] && echo true || echo false)" "$fsck" \
-    >"$out/flakey-$mode.json"
+  printf '0 %s linear %s 0\n' "$size" "$loopdev" | reload
+  printf '{"first": %s, "runs": %s, "exit": %s, %s}\n' "$first" "$runs" "$exit" \
+    "$(landed "flakey-$mode")" >"$out/flakey-$mode.json"
   dmsetup remove faulty
 done
 losetup -d "$loopdev"
