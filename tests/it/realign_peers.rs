@@ -834,6 +834,9 @@ fn a_move_stopped_by_an_unreadable_sector_is_undone_or_rescued() {
     assert_eq!(code(&out), 0, "{}", text(&out));
     common::check_schema("realign", &String::from_utf8_lossy(&out.stdout));
     assert_eq!(common::json_of(&out.stdout)["phase"], "undone", "{}", text(&out));
+    let again = state.realign(&[drive.str(), "--undo", "--yes"]);
+    assert_eq!(code(&again), 0, "a rerun: {}", text(&again));
+    assert!(text(&again).contains("undone already"), "a rerun: {}", text(&again));
     drive.stop();
     assert_eq!(sha(&image.path, 63, SECTORS, 512), before, "every byte back");
     assert_eq!(sfdisk_part(image.str(), 1), (63, SECTORS), "the table untouched");

@@ -10,7 +10,9 @@
 # next 48 MiB), so one log orders the writes to both. The table and an ext4
 # with files are made, a mark is logged, `realign --yes` moves the
 # partition, and the log is closed. OUT/CASE.run: the move's exit status,
-# its verdicts and the partition's original SHA-256.
+# its verdicts and the partition's original SHA-256. The undo case logs
+# `realign --undo --yes` of a move that a failing sector stopped (before the
+# mark), and its states are rerun with --undo.
 #
 # states: LOG is the log disk's image. Every crash state is built on a
 # twin image: the log replayed up to each flush or FUA entry after the mark,
@@ -29,8 +31,10 @@ MiB=$((1 << 20))
 here=$(cd "$(dirname "$0")" && pwd)
 
 # case_def NAME: the case's sector size, partition, table (a shell command
-# writing it to $T) and realign arguments.
+# writing it to $T) and realign arguments; for an undo, the LBA that fails
+# the move first (bad) and the start the partition keeps.
 case_def() {
+  bad= keeps=null
   case $1 in
     mbr-63-64) ss=512 n=1 table='printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' args=(--to 64) ;;
     mbr-63-2048) ss=512 n=1 table='printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' args=(--to 2048) ;;
@@ -38,16 +42,22 @@ case_def() {
     # Logical 6's EBR (16384) moves to 16383, before the copy covers it.
     logical) ss=512 n=6 table='printf "label: dos\nstart=2048,size=40000,type=5\nstart=2056,size=8192\nstart=16385,size=8192\n" | sfdisk -q "$T"' args=(--to 16384) ;;
     4kn) ss=4096 n=1 table='printf "label: dos\nstart=5,size=1024\n" | sfdisk -q "$T"' args=(--to 256) ;;
+    # 20 MiB in two chunks: the move copies the last 16 MiB, stops on a
+    # sector of the first 4 MiB that fails, and --undo moves them back.
+    undo) ss=512 n=1 table='printf "label: dos\nstart=63,size=40960\n" | sfdisk -q "$T"' args=(--undo) bad=$((63 + 2048)) keeps=63 ;;
     *) echo "crash.sh: no case $1" >&2; exit 2 ;;
   esac
 }
 
 sha() { head -c "$2" "$1" | sha256sum | cut -c1-64; }
 
-# attach DEV: the moved disk ($T) and the journal's file system ($J) on DEV.
+# attach DEV [JDEV]: the moved disk ($T) on DEV and the journal's file
+# system ($J) on JDEV (DEV unless given). Under an undo's failing sectors
+# the disk bypasses DEV's page cache: a read through it that failed in the
+# readahead was seen to succeed later, with bytes that were never read.
 attach() {
-  losetup -P -b "$ss" --sizelimit $((64 * MiB)) "$T" "$1"
-  losetup -b "$ss" -o $((64 * MiB)) --sizelimit $((48 * MiB)) "$J" "$1"
+  losetup -P -b "$ss" ${bad:+--direct-io=on} --sizelimit $((64 * MiB)) "$T" "$1"
+  losetup -b "$ss" -o $((64 * MiB)) --sizelimit $((48 * MiB)) "$J" "${2:-$1}"
 }
 
 detach() {
@@ -58,13 +68,15 @@ detach() {
 part() { echo "${T}p$1"; }
 label() { [ "$(blkid -p -o value -s PTTYPE "$T")" = gpt ] && echo gpt || echo dos; }
 
+# realign [ARGS]: the case's realign (its arguments unless ARGS), --yes.
 realign() {
-  BLKALIGN_STATE_DIR=$mnt/state "$BLKALIGN" realign "$T" "$n" "${args[@]}" --yes
+  [ $# -gt 0 ] || set -- "${args[@]}"
+  BLKALIGN_STATE_DIR=$mnt/state "$BLKALIGN" realign "$T" "$n" "$@" --yes
 }
 
 # verdicts SHA LABEL: the members judging the moved disk now.
 verdicts() {
-  local want=$1 fsck=0 verify=0 audit=0 got start size
+  local want=$1 fsck=0 verify=0 audit=0 unfinished=false got start size
   # read, not $(cat): a process costs a quarter of a second under TCG.
   read -r start <"/sys/class/block/${T#/dev/}p$n/start" 2>/dev/null || start=null
   read -r size <"/sys/class/block/${T#/dev/}p$n/size" 2>/dev/null || size=0
@@ -76,19 +88,29 @@ verdicts() {
   else
     sfdisk --verify "$T" >/dev/null 2>&1 || verify=$?
   fi
-  "$BLKALIGN" audit "$T" >/dev/null 2>&1 || audit=$?
-  printf '"same": %s, "fsck": %s, "verify": %s, "audit": %s, "start": %s' \
-    "$([ "$got" = "$want" ] && echo true || echo false)" "$fsck" "$verify" "$audit" "$start"
+  "$BLKALIGN" audit --json "$T" >"$work/audit" 2>/dev/null || audit=$?
+  grep -q realign_unfinished "$work/audit" && unfinished=true
+  printf '"same": %s, "fsck": %s, "verify": %s, "audit": %s, "unfinished": %s, "start": %s' \
+    "$([ "$got" = "$want" ] && echo true || echo false)" "$fsck" "$verify" "$audit" "$unfinished" "$start"
 }
 
-# log_case NAME DISK LOG: the move under dm-log-writes (in the guest).
+# log_case NAME DISK LOG: the move under dm-log-writes (in the guest). For
+# an undo, a dm table over the log (under the moved disk only: a write
+# error on a block device is reported to every fsync of it) fails the
+# sectors at $bad while a move runs (the read check skipped, as for a
+# sector that fails mid-move); the table back to linear, the mark, and
+# --undo is the run logged.
 log_case() {
-  local name=$1 dev=$2 log=$3 sectors want exit=0 bytes
+  local name=$1 dev=$2 log=$3 sectors want exit=0 stopped=null bytes over=/dev/mapper/lab-lw
   case_def "$name"
   sectors=$(blockdev --getsz "$dev")
   blkdiscard -f -z "$dev" 2>/dev/null || dd if=/dev/zero of="$dev" bs=1M count=112 status=none
   dm create lab-lw --table "0 $sectors log-writes $dev $log"
-  attach /dev/mapper/lab-lw
+  if [ -n "$bad" ]; then
+    dm create lab-bad --table "0 $sectors linear $over 0"
+    over=/dev/mapper/lab-bad
+  fi
+  attach "$over" /dev/mapper/lab-lw
   eval "$table"
   mkfs.ext4 -q -F "$(part "$n")"
   mkfs.ext4 -q -F "$J"
@@ -100,13 +122,24 @@ log_case() {
   mkdir -p "$mnt/state"
   bytes=$(($(<"/sys/class/block/${T#/dev/}p$n/size") * 512))
   want=$(sha "$(part "$n")" "$bytes")
+  if [ -n "$bad" ]; then
+    dm reload lab-bad --table "0 $bad linear /dev/mapper/lab-lw 0
+$bad 8 error
+$((bad + 8)) $((sectors - bad - 8)) linear /dev/mapper/lab-lw $((bad + 8))"
+    dm resume lab-bad
+    stopped=0
+    realign --to 2048 --no-read-check >/dev/null 2>>"$out/$name.err" || stopped=$?
+    dm reload lab-bad --table "0 $sectors linear /dev/mapper/lab-lw 0"
+    dm resume lab-bad
+  fi
   sync
   dm message lab-lw 0 mark start
-  realign >/dev/null 2>"$out/$name.err" || exit=$?
+  realign >/dev/null 2>>"$out/$name.err" || exit=$?
   sync
-  printf '{"name": "%s", "exit": %s, "want": "%s", "label": "%s", "sectors": %s, %s}\n' \
-    "$name" "$exit" "$want" "$(label)" "$sectors" "$(verdicts "$want" "$(label)")" >"$out/$name.run"
+  printf '{"name": "%s", "exit": %s, "stopped": %s, "keeps": %s, "want": "%s", "label": "%s", "sectors": %s, %s}\n' \
+    "$name" "$exit" "$stopped" "$keeps" "$want" "$(label)" "$sectors" "$(verdicts "$want" "$(label)")" >"$out/$name.run"
   detach
+  [ -z "$bad" ] || for _ in $(seq 50); do dm remove lab-bad 2>/dev/null && break; sleep 0.2; done
   for _ in $(seq 50); do dm remove lab-lw 2>/dev/null && break; sleep 0.2; done
 }
 

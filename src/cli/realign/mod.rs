@@ -128,7 +128,7 @@ fn realign(args: Args, root: SysRoot) -> anyhow::Result<u8> {
 /// `--undo`: the unfinished move on `path`, put back.
 fn undo(session: &Session, path: &Path, args: &Args, events: &mut Terminal) -> anyhow::Result<u8> {
     let Some(journal) = session.unfinished(args.journal.as_deref())? else {
-        bail!("there is no unfinished move on {} to undo", path.display());
+        return undone_already(session, path, args, events);
     };
     let n = journal.record.partition;
     if !args.partitions.is_empty() && args.partitions != [n] {
@@ -157,6 +157,34 @@ fn undo(session: &Session, path: &Path, args: &Args, events: &mut Terminal) -> a
         Outcome::Stopped(why) => stopped(&why),
         Outcome::Finished => Ok(EXIT_OK),
     }
+}
+
+/// `--undo` with no move unfinished: all is well when the last move on the
+/// disk was undone (a rerun after the undo finished, or crashed at its very
+/// end, which the rerun then finishes forgetting).
+fn undone_already(
+    session: &Session,
+    path: &Path,
+    args: &Args,
+    events: &mut Terminal,
+) -> anyhow::Result<u8> {
+    let wanted =
+        |j: &Journal| args.partitions.is_empty() || args.partitions == [j.record.partition];
+    let Some(journal) = session.last_undone(args.journal.as_deref()).filter(wanted) else {
+        bail!("there is no unfinished move on {} to undo", path.display());
+    };
+    eprintln!(
+        "nothing to undo: the move of partition {} was undone already (journal {})",
+        journal.record.partition,
+        journal.path().display()
+    );
+    if !args.yes {
+        print_status(&journal, args.json)?;
+        return Ok(EXIT_OK);
+    }
+    session.undo(journal, events)?;
+    std::mem::replace(&mut events.result, Ok(()))?;
+    Ok(EXIT_OK)
 }
 
 fn dry_run(

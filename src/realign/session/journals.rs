@@ -5,7 +5,7 @@ use super::error::{MoveRefusal, SessionError};
 use super::open::Session;
 use super::options::MoveOptions;
 use crate::device::TargetKind;
-use crate::realign::journal::Journal;
+use crate::realign::journal::{Journal, Phase};
 use crate::realign::state;
 use std::path::{Path, PathBuf};
 
@@ -34,6 +34,15 @@ impl Session {
             let applies = state::applies(&j.record, &*self.reader, &self.identity);
             (!j.state.phase.finished() && applies).then_some(j)
         }))
+    }
+
+    /// The move last undone on this target, when its journal is the newest
+    /// of the target's: what a rerun of `--undo` meets once the undo has
+    /// finished (or crashed at its very end).
+    pub fn last_undone(&self, journal: Option<&Path>) -> Option<Journal> {
+        let modified = |j: &Journal| std::fs::metadata(j.path()).and_then(|m| m.modified()).ok();
+        let newest = self.journals(journal).into_iter().max_by_key(modified)?;
+        (newest.state.phase == Phase::Undone).then_some(newest)
     }
 
     /// The journals of moves on this target, with `explicit` (if a

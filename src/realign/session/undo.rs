@@ -12,23 +12,61 @@ use crate::realign::journal::Phase;
 use crate::realign::undo::{self, BeginError};
 use crate::realign::Move;
 use std::cell::RefCell;
+use std::path::Path;
 
 impl Session {
     /// Move back what the unfinished move in `forward` has moved, so the
     /// partition is as it was before it: its own journaled move (resumed
     /// where an earlier undo stopped), then the first journal marked
-    /// undone and its record forgotten.
+    /// undone and its record forgotten. A journal already marked undone
+    /// (a rerun after a crash at the end) only has its record forgotten
+    /// and its saved chunks scrubbed.
     pub fn undo(
         &self,
         mut forward: Journal,
         events: &mut dyn Events,
     ) -> Result<Outcome, SessionError> {
-        let writer = hold(&*self.host, &[forward.record.partition])?;
         let undo_path = undo::path(forward.path());
+        if forward.state.phase != Phase::Undone {
+            if let Some(stop) = self.move_back(&forward, &undo_path, events)? {
+                return Ok(stop);
+            }
+            let cursor = forward.state.cursor;
+            forward.commit(Phase::Undone, cursor, None)?;
+        }
+        let absolute = std::fs::canonicalize(forward.path())
+            .map_err(io_error(format!("finding {}", forward.path().display())))?;
+        self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;
+        let scrubbed = forward.scrub().and_then(|()| match Journal::open(&undo_path) {
+            Ok(mut back) => back.scrub(),
+            Err(_) => Ok(()),
+        });
+        if let Err(e) = scrubbed {
+            events.note(&format!("warning: {e}: a journal may still hold the bytes it saved"));
+        }
+        match std::fs::remove_file(&undo_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                events.note(&format!("warning: removing {}: {e}", undo_path.display()));
+            }
+            _ => {}
+        }
+        events.undone(&Status::of(&forward));
+        Ok(Outcome::Finished)
+    }
+
+    /// The undo's own journaled move, begun or resumed; Some when it
+    /// stopped on a request.
+    fn move_back(
+        &self,
+        forward: &Journal,
+        undo_path: &Path,
+        events: &mut dyn Events,
+    ) -> Result<Option<Outcome>, SessionError> {
+        let writer = hold(&*self.host, &[forward.record.partition])?;
         let back = if undo_path.exists() {
-            Some(Journal::open(&undo_path)?)
+            Some(Journal::open(undo_path)?)
         } else {
-            undo::begin(&forward, &*writer).map_err(|e| match e {
+            undo::begin(forward, &*writer).map_err(|e| match e {
                 BeginError::Undo(e) => MoveRefusal::Undo(e).into(),
                 BeginError::Journal(e) => SessionError::Journal(e),
                 BeginError::Io { lba, source } => SessionError::Move {
@@ -56,39 +94,21 @@ impl Session {
             events.stopped();
             match result {
                 Err(MoveError::Interrupted { .. }) => {
-                    return Ok(Outcome::Stopped(Stop::Undoing {
+                    return Ok(Some(Outcome::Stopped(Stop::Undoing {
                         target: self.target.path.clone(),
                         partition: forward.record.partition,
-                        journal: undo_path,
-                    }));
+                        journal: undo_path.to_path_buf(),
+                    })));
                 }
                 Err(source) => {
                     let way_on = self.undo_way_on(&forward.record);
-                    return Err(SessionError::Move { source, journal: undo_path, way_on });
+                    let journal = undo_path.to_path_buf();
+                    return Err(SessionError::Move { source, journal, way_on });
                 }
                 Ok(()) => back.commit(Phase::Done, back.record.chunks(), None)?,
             }
         }
-        let cursor = forward.state.cursor;
-        forward.commit(Phase::Undone, cursor, None)?;
-        let absolute = std::fs::canonicalize(forward.path())
-            .map_err(io_error(format!("finding {}", forward.path().display())))?;
-        self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;
-        let scrubbed = forward.scrub().and_then(|()| match Journal::open(&undo_path) {
-            Ok(mut back) => back.scrub(),
-            Err(_) => Ok(()),
-        });
-        if let Err(e) = scrubbed {
-            events.note(&format!("warning: {e}: a journal may still hold the bytes it saved"));
-        }
-        match std::fs::remove_file(&undo_path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                events.note(&format!("warning: removing {}: {e}", undo_path.display()));
-            }
-            _ => {}
-        }
-        events.undone(&Status::of(&forward));
-        Ok(Outcome::Finished)
+        Ok(None)
     }
 
     /// How an undo stopped by an I/O error goes on.
@@ -139,6 +159,12 @@ mod tests {
         assert_eq!(Journal::open(&path).unwrap().state.phase, Phase::Undone);
         assert!(!undo::path(&path).exists(), "the undo's journal is gone");
         assert!(std::fs::metadata(&path).unwrap().len() < 64 << 10, "saved chunks scrubbed");
+        // A rerun (after a crash at the very end, say) finds the undone
+        // move and only forgets it again.
+        let again = lab.session.last_undone(None).expect("the last move was undone");
+        assert_eq!(again.path(), path);
+        assert_eq!(lab.session.undo(again, &mut Log::default()).unwrap(), Outcome::Finished);
+        assert_eq!(*lab.mem.bytes.lock().unwrap(), image(), "untouched by the rerun");
     }
 
     /// An undo on a disk that is gone says so (and that the undo is what
