@@ -31,6 +31,7 @@ tests![
     every_realign_json_document_is_one_document_under_its_schema,
     unreadable_sectors_refuse_a_move_before_anything_is_written,
     a_full_journal_file_system_stops_the_move_until_there_is_room,
+    a_journal_file_system_gone_read_only_stops_the_move_until_it_is_writable,
     a_move_stopped_by_an_unreadable_sector_is_undone_or_rescued,
 ];
 
@@ -762,6 +763,89 @@ fn a_full_journal_file_system_stops_the_move_until_there_is_room() {
     let start = parts[0].1;
     assert_eq!(start, 2048, "{parts:?}");
     assert_eq!(sha(&image.path, start, sectors, 512), before, "every byte in place");
+    drop(mount);
+}
+
+/// Issue 28: the journal's ext4 (mounted errors=remount-ro) meets an error
+/// mid-move, after the first chunk is recorded done (ext4's own
+/// trigger_fs_error, as a failing journal disk would: the kernel then
+/// refuses every write to it). The move stops before the disk is written
+/// again, saying the journal cannot be written and that the same command
+/// finishes; once the file system is checked and mounted again, that
+/// command finishes, every byte in place.
+fn a_journal_file_system_gone_read_only_stops_the_move_until_it_is_writable() {
+    use common::emulate::EmulatedDrive;
+    use std::process::Stdio;
+    const MIB: u64 = 1 << 20;
+    if !needs(true, &["nbdkit", "nbdfuse", "mkfs.ext4", "e2fsck", "mount", "sfdisk"]) {
+        return;
+    }
+    let sectors = 64 * MIB / 512;
+    let image = Image::sfdisk(128 * MIB, &format!("label: dos\nstart=63, size={sectors}\n"));
+    let pattern: Vec<u8> =
+        (0..sectors * 512).map(|i| (i / 512 % 241) as u8 ^ (i % 13) as u8).collect();
+    File::options()
+        .write(true)
+        .open(&image.path)
+        .unwrap()
+        .write_all_at(&pattern, 63 * 512)
+        .unwrap();
+    let before = sha(&image.path, 63, sectors, 512);
+    let fs = Image::new(48 * MIB);
+    let fs_loop = Loop::attach(&fs.path, 512);
+    let fs_dev = fs_loop.dev.to_str().unwrap();
+    run("mkfs.ext4", &["-q", "-F", fs_dev]);
+    let dir = tempfile::tempdir().unwrap();
+    let mount = common::Mount::at(fs_dev, dir.path(), &["-o", "errors=remount-ro"]);
+    let journal = dir.path().join("p1.journal");
+    let journal = journal.to_str().unwrap();
+    let state = State::new();
+    // Slow enough (each request 20 ms on the platter) to be caught after
+    // its first 16 MiB chunk.
+    let file = image.str();
+    let drive =
+        EmulatedDrive::start(&["--preset", "wd-ears", "--file", file, "--latency-ms", "20"]);
+    let args = [drive.str(), "1", "--journal", journal, "--no-read-check", "--yes"];
+    let mover = std::process::Command::new(env!("CARGO_BIN_EXE_blkalign"))
+        .env("BLKALIGN_STATE_DIR", state.0.path())
+        .arg("realign")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start realign");
+    let chunks_done = || {
+        let out = state.realign(&["--status", journal, "--json"]);
+        serde_json::from_slice::<Value>(&out.stdout).ok()?["chunks_done"].as_u64()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while chunks_done().unwrap_or(0) < 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let name = fs_loop.dev.file_name().unwrap().to_str().unwrap();
+    std::fs::write(format!("/sys/fs/ext4/{name}/trigger_fs_error"), "1").unwrap();
+    let out = mover.wait_with_output().unwrap();
+    let said = text(&out);
+    assert_eq!(code(&out), 2, "{said}");
+    // ext4 refuses with EROFS, or EIO once it has shut itself down.
+    let refused = ["Read-only file system", "Input/output error"].iter().any(|e| said.contains(e));
+    let named = format!("journal {journal}: ");
+    assert!(refused && said.contains(&named) && said.contains("cannot take writes"), "{said}");
+    assert!(said.contains("rerun the same command"), "{said}");
+    drop(mount);
+    // 1: errors corrected (the error trigger_fs_error recorded).
+    let fsck = common::run_unchecked("e2fsck", &["-fy", fs_dev], None).status.code();
+    assert!(fsck.is_some_and(|c| c <= 1), "e2fsck -fy exited {fsck:?}");
+    let mount = common::Mount::at(fs_dev, dir.path(), &[]);
+    let stopped_at = chunks_done();
+    assert!(stopped_at.is_some_and(|n| n >= 1), "stopped after a chunk: {stopped_at:?}");
+    let rerun = state.realign(&args);
+    assert_eq!(code(&rerun), 0, "{}", text(&rerun));
+    assert!(text(&rerun).contains("resuming"), "{}", text(&rerun));
+    drive.stop();
+    let (_, parts) = sfdisk_json(image.str());
+    assert_eq!(parts[0].1, 2048, "{parts:?}");
+    assert_eq!(sha(&image.path, 2048, sectors, 512), before, "every byte in place");
     drop(mount);
 }
 

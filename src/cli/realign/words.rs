@@ -3,6 +3,7 @@
 //! returns the data (`Stop`, `WayOn`, `MoveRefusal::BeingUndone`); the
 //! sentences with `blkalign` commands in them are the CLI's, here.
 
+use blkalign::realign::copy::MoveError;
 use blkalign::realign::session::{GoneDisk, MoveRefusal, SessionError, Stop, WayOn};
 use blkalign::units::human_size;
 use std::path::Path;
@@ -78,6 +79,17 @@ fn way_on(way: &WayOn) -> String {
 /// `err` with the way on, when it has one to say.
 pub(super) fn session_error(err: &SessionError) -> Option<String> {
     match err {
+        SessionError::Move {
+            source: MoveError::Journal(_),
+            way_on: WayOn::Rerun { target, partition },
+            ..
+        } => Some(format!(
+            "{err} It cannot take writes now, so the move stopped before writing the disk \
+                 again. Once its file system does (room freed, or checked with fsck and \
+                 mounted read-write), rerun the same command to finish the move, or put the \
+                 partition back as it was with `{} --undo`",
+            finish_command(target, *partition)
+        )),
         SessionError::Move { way_on: way, .. } => Some(format!("{err} {}", way_on(way))),
         SessionError::Refused(MoveRefusal::BeingUndone { target, partition, .. }) => Some(format!(
             "{err}: finish the undo with `{} --undo`",
