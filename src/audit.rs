@@ -185,6 +185,18 @@ pub struct DiskAudit {
     pub holders: Vec<OriginAudit>,
     /// Why part of this target could not be checked.
     pub error: Option<String>,
+    /// A move of a partition of this disk that was begun and not finished
+    /// (problem `realign_unfinished`).
+    pub unfinished_move: Option<UnfinishedMove>,
+}
+
+/// A partition half moved: where from, where to, and its journal.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UnfinishedMove {
+    pub partition: u32,
+    pub from: u64,
+    pub to: u64,
+    pub journal: PathBuf,
 }
 
 impl DiskAudit {
@@ -204,6 +216,7 @@ impl DiskAudit {
             geometry: None,
             table: TableState::Unknown,
             problems: Vec::new(),
+            unfinished_move: None,
             partitions: Vec::new(),
             structures: Vec::new(),
             gpt: None,
@@ -456,15 +469,18 @@ fn check_unfinished_move(
     };
     let m = &journal.record;
     let message = format!(
-        "partition {} is being moved from LBA {} to {} and the move is unfinished (journal {}): \
-         finish it with `blkalign realign {} {} --yes`",
+        "partition {} is being moved from LBA {} to {} and the move is unfinished (journal {})",
         m.partition,
         m.old_start,
         m.new_start,
         record.journal.display(),
-        target.path.display(),
-        m.partition
     );
+    audit.unfinished_move = Some(UnfinishedMove {
+        partition: m.partition,
+        from: m.old_start,
+        to: m.new_start,
+        journal: record.journal.clone(),
+    });
     // A problem found (exit 1), said once: the audit itself completed.
     audit.problems.push(Problem::new("realign_unfinished", message));
 }
@@ -503,8 +519,7 @@ fn check_move_at_boot(
     audit.problems.push(Problem::new(
         "realign_at_boot",
         format!(
-            "a move of {} is scheduled for the next boot of kernel {} ({}){at_last_boot}; \
-             `blkalign realign --at-boot` says where it stands",
+            "a move of {} is scheduled for the next boot of kernel {} ({}){at_last_boot}",
             moves.join(", "),
             plan.kernel,
             path.display()

@@ -25,7 +25,9 @@ pub use align::{Class, Geometry};
 pub use device::{DeviceError, Identity, Overrides, SysRoot, Target, TargetKind, Topology};
 pub use open::{open_target, Opened};
 // Audit it.
-pub use audit::{audit_path, audit_target, AuditOptions, DiskAudit, PartitionAudit};
+pub use audit::{
+    audit_path, audit_target, AuditOptions, DiskAudit, PartitionAudit, UnfinishedMove,
+};
 // Plan a table.
 pub use plan::{
     plan_table, Align, NewLabel, PartitionRequest, Plan, PlanError, PlannedPartition, Size,

@@ -242,8 +242,17 @@ fn hint(a: &DiskAudit) -> Option<String> {
     if a.error.is_some() {
         return None;
     }
-    let data = || a.data_partitions();
     let path = a.path.display();
+    if let Some(m) = &a.unfinished_move {
+        let finish = format!("blkalign realign {} {} --yes", a.path.display(), m.partition);
+        return Some(format!(
+            "`{finish}` finishes the move; `{finish} --undo` puts the partition back as it was"
+        ));
+    }
+    if a.problems.iter().any(|p| p.code == "realign_at_boot") {
+        return Some("`blkalign realign --at-boot` says where the move at boot stands".into());
+    }
+    let data = || a.data_partitions();
     let misaligned = data().any(|p| p.verdict.verdict == Class::Misaligned);
     // realign moves a VM image's partitions through QEMU; advise wants raw.
     let vm_image = a.image_format.filter(|_| !misaligned && data().next().is_some());

@@ -3,6 +3,7 @@
 use crate::align::Class;
 use crate::audit::{
     DiskAudit, LayerAudit, OriginAudit, PartSource, PartitionAudit, StructureAudit, TableState,
+    UnfinishedMove,
 };
 use crate::device::drive::Drive;
 use crate::device::{DeviceKind, Source};
@@ -58,6 +59,8 @@ struct Target<'a> {
     /// The stacked devices the kernel has open on the whole disk.
     holders: &'a [OriginAudit],
     problems: &'a [Problem],
+    /// A move begun on this disk and not finished.
+    unfinished_move: Option<&'a UnfinishedMove>,
     notes: &'a [String],
     error: Option<&'a str>,
     structures: &'a [StructureAudit],
@@ -133,6 +136,7 @@ fn target(a: &DiskAudit) -> Target<'_> {
         stack: &a.stack,
         holders: &a.holders,
         problems: &a.problems,
+        unfinished_move: a.unfinished_move.as_ref(),
         notes: t.map(|t| t.notes.as_slice()).unwrap_or_default(),
         error: a.error.as_deref(),
         structures: &a.structures,

@@ -117,6 +117,12 @@ fn ctrl_c_stops_between_chunks_and_names_the_command_that_finishes() {
     let target = &common::json_of(&audit.stdout)["targets"][0];
     assert!(target["error"].is_null(), "{target}");
     assert!(target["problems"].to_string().contains("realign_unfinished"), "{target}");
+    common::check_schema("audit", &String::from_utf8_lossy(&audit.stdout));
+    let unfinished = &target["unfinished_move"];
+    assert_eq!((&unfinished["partition"], &unfinished["from"]), (&1.into(), &63.into()), "{target}");
+    let human = blkalign(&["audit", img]);
+    let said = text(&human);
+    assert!(said.contains(&format!("hint: `{finish}` finishes the move")), "{said}");
 
     let words: Vec<&str> = finish.split_whitespace().collect();
     assert_eq!(words[0], "blkalign");
