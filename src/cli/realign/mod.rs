@@ -11,7 +11,7 @@ use args::{open_session, options};
 use super::{EXIT_ERROR, EXIT_OK, EXIT_PROBLEM};
 use anyhow::{bail, Context};
 use blkalign::device::SysRoot;
-use blkalign::realign::journal::{Journal, Phase};
+use blkalign::realign::journal::{Journal, JournalError, Phase};
 use blkalign::realign::session::{
     Done, Events, MoveOptions, Outcome, PlannedMove, Session, Status, Stop,
 };
@@ -262,6 +262,14 @@ impl Events for Terminal {
 
     fn note(&mut self, text: &str) {
         eprintln!("{text}");
+    }
+
+    fn unscrubbed(&mut self, journal: &Path, why: &JournalError) {
+        eprintln!(
+            "warning: {why}: the finished journal {} may still hold the bytes it saved; \
+             `blkalign realign --clean --yes` deletes it",
+            journal.display()
+        );
     }
 
     fn finished(&mut self, done: &Done) {

@@ -3,11 +3,11 @@
 
 use super::error::Stop;
 use super::status::Status;
-use crate::realign::journal::Phase;
+use crate::realign::journal::{JournalError, Phase};
 use crate::realign::{scan, Move};
 use crate::units::human_size;
 use serde::Serialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// How a run reports progress and is asked to stop; every method may do
 /// nothing.
@@ -22,6 +22,14 @@ pub trait Events {
         false
     }
     fn note(&mut self, _text: &str) {}
+    /// A finished move's journal could not be scrubbed (`why`): it may
+    /// still hold the partition's bytes it saved.
+    fn unscrubbed(&mut self, journal: &Path, why: &JournalError) {
+        let at = journal.display();
+        self.note(&format!(
+            "warning: {why}: the finished journal {at} may still hold the bytes it saved"
+        ));
+    }
     fn finished(&mut self, _done: &Done) {}
     /// A move was undone: the partition is back where it started.
     fn undone(&mut self, _status: &Status) {}

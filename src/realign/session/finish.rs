@@ -68,10 +68,7 @@ impl Session {
         // After the record goes: a kill while scrubbing leaves a done
         // journal (which --clean removes), never a record to trip over.
         if let Err(e) = journal.scrub() {
-            events.note(&format!(
-                "warning: {e}: the finished journal may still hold the bytes it saved; \
-                 `blkalign realign --clean --yes` deletes it"
-            ));
+            events.unscrubbed(journal.path(), &e);
         }
         // Direct writes dropped the reader's cached pages: this sees the moved bytes.
         let warnings = self.fat_warning(m.partition, m.new_start, m.sectors).into_iter().collect();

@@ -37,12 +37,13 @@ impl Session {
         let absolute = std::fs::canonicalize(forward.path())
             .map_err(io_error(format!("finding {}", forward.path().display())))?;
         self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;
-        let scrubbed = forward.scrub().and_then(|()| match Journal::open(&undo_path) {
-            Ok(mut back) => back.scrub(),
-            Err(_) => Ok(()),
-        });
-        if let Err(e) = scrubbed {
-            events.note(&format!("warning: {e}: a journal may still hold the bytes it saved"));
+        if let Err(e) = forward.scrub() {
+            events.unscrubbed(forward.path(), &e);
+        }
+        if let Err(e) = Journal::open(&undo_path).and_then(|mut back| back.scrub()) {
+            if undo_path.exists() {
+                events.unscrubbed(&undo_path, &e);
+            }
         }
         match std::fs::remove_file(&undo_path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
