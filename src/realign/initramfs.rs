@@ -137,20 +137,29 @@ pub fn installed(sysroot: &Path) -> bool {
 
 /// Rebuild the initramfs of `kernel`: `update-initramfs -u -k` on the
 /// running system; for another root, the same generator on that root's
-/// configuration (`mkinitramfs -d`), written to its /boot.
+/// configuration (`mkinitramfs -d`), written to its /boot. Either way the
+/// old image is replaced only by a whole new one, as update-initramfs
+/// does (a new file, synced, renamed over it): a power cut mid-build must
+/// leave a bootable image.
 pub fn rebuild(sysroot: &Path, kernel: &str) -> Result<String, InitramfsError> {
-    let cmd = if sysroot == Path::new("/") {
+    if sysroot == Path::new("/") {
         let mut c = Command::new("update-initramfs");
         c.args(["-u", "-k", kernel]);
-        c
-    } else {
-        let mut c = Command::new("mkinitramfs");
-        c.arg("-d").arg(sysroot.join("etc/initramfs-tools"));
-        c.arg("-o").arg(sysroot.join("boot").join(format!("initrd.img-{kernel}")));
-        c.arg(kernel);
-        c
-    };
-    run(cmd)
+        return run(c);
+    }
+    let image = sysroot.join("boot").join(format!("initrd.img-{kernel}"));
+    let new = sysroot.join("boot").join(format!("initrd.img-{kernel}.new"));
+    let mut c = Command::new("mkinitramfs");
+    c.arg("-d").arg(sysroot.join("etc/initramfs-tools"));
+    c.arg("-o").arg(&new);
+    c.arg(kernel);
+    let command = run(c).inspect_err(|_| {
+        let _ = fs::remove_file(&new);
+    })?;
+    fs::File::open(&new).and_then(|f| f.sync_all()).map_err(io(&new))?;
+    fs::rename(&new, &image).map_err(io(&image))?;
+    crate::device::exclusive::sync_parent(&image).map_err(io(&image))?;
+    Ok(command)
 }
 
 /// Run a tool: the command as run, or its exit status and message.

@@ -159,6 +159,8 @@ fn code(out: &Output) -> i32 {
 
 fn initramfs_lists(system: &System, name: &str) -> bool {
     let initrd = system.sysroot().join(format!("boot/initrd.img-{}", system.kernel));
+    let new = initrd.with_file_name(format!("initrd.img-{}.new", system.kernel));
+    assert!(!new.exists(), "the rebuild left {}", new.display());
     let out = run("lsinitramfs", &[initrd.to_str().unwrap()]);
     String::from_utf8_lossy(&out.stdout).lines().any(|l| l == name)
 }
