@@ -151,7 +151,7 @@ cmd_build() {
   # 1 MiB before the disk's end.
   local total=$((size * 2048)) jsize=$((96 * 2048))
   local jstart=$((total - 2048 - jsize))
-  local rstart rsize bstart=63 bsize=$((48 * 2048)) table root_part boot_part journal_part
+  local rstart rsize bstart=63 bsize=$((64 * 2048)) table root_part boot_part journal_part
   if [ "$layout" = plain ]; then
     rstart=63
     rsize=$((total * 5 / 8 - 2048 * 4))
