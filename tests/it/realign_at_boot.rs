@@ -246,6 +246,27 @@ fn a_move_at_boot_is_scheduled_run_before_root_and_finished() {
     for (path, sha) in &system.files {
         assert_eq!(&hex(&fs::read(root.dir.join(path)).unwrap()), sha, "{}", path.display());
     }
+    // A power cut while --finish rebuilds the initramfs: mkinitramfs dies
+    // half-way through writing its image. The image a boot reads is still
+    // the whole old one (whose hook finds nothing to do), the plan stays,
+    // and --finish run again completes.
+    let shim = tempfile::tempdir().unwrap();
+    let fake = shim.path().join("mkinitramfs");
+    let script = "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = -o ] && out=$2; shift; done\n\
+                  head -c 1048576 /dev/zero >\"$out\"\nkill -9 $$\n";
+    fs::write(&fake, script).unwrap();
+    fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", shim.path().display(), std::env::var("PATH").unwrap_or_default());
+    let sysroot = system.sysroot().to_str().unwrap().to_string();
+    let cut = common::blkalign()
+        .env("BLKALIGN_STATE_DIR", system.sysroot().join("var/lib/blkalign"))
+        .env("PATH", path)
+        .args(["realign", "--at-boot", "--sysroot", &sysroot, "--finish"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&cut), 2, "{}", text(&cut));
+    assert!(initramfs_lists(&system, "etc/blkalign/at-boot.json"), "the old image, whole");
+    assert!(system.plan_path().exists(), "the plan stays until the rebuild is done");
     let finish = system.at_boot(&["--finish"]);
     assert_eq!(code(&finish), 0, "{}", text(&finish));
     assert!(!root.dir.join("etc/systemd/system/blkalign-at-boot.service").exists());
