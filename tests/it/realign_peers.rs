@@ -710,6 +710,26 @@ fn unreadable_sectors_refuse_a_move_before_anything_is_written() {
     assert_eq!(state.audit(image.str()), 1, "misaligned still, and no unfinished move");
 }
 
+/// The 64 MiB partition the journal-failure tests move: at LBA 63 of a
+/// 128 MiB image, every sector distinct; with its SHA-256.
+fn patterned_at_63() -> (Image, String) {
+    const SECTORS: u64 = 64 << 11;
+    let image = Image::sfdisk(128 << 20, &format!("label: dos\nstart=63, size={SECTORS}\n"));
+    let pattern: Vec<u8> =
+        (0..SECTORS * 512).map(|i| (i / 512 % 251) as u8 ^ (i % 7) as u8).collect();
+    let file = File::options().write(true).open(&image.path).unwrap();
+    file.write_all_at(&pattern, 63 * 512).unwrap();
+    let before = sha(&image.path, 63, SECTORS, 512);
+    (image, before)
+}
+
+/// [`patterned_at_63`]'s partition moved whole to LBA 2048.
+fn moved_whole(image: &Image, before: &str) {
+    let (start, sectors) = sfdisk_part(image.str(), 1);
+    assert_eq!(start, 2048);
+    assert_eq!(sha(&image.path, start, sectors, 512), before, "every byte in place");
+}
+
 /// Issue 28: the journal's file system fills up mid-move (its second save
 /// area cannot be written, after the first chunk reached its new place).
 /// The move stops before the disk is written again, saying why and that a
@@ -720,17 +740,7 @@ fn a_full_journal_file_system_stops_the_move_until_there_is_room() {
     if !needs(true, &["mkfs.ext4", "mount", "sfdisk"]) {
         return;
     }
-    let sectors = 64 * MIB / 512;
-    let image = Image::sfdisk(128 * MIB, &format!("label: dos\nstart=63, size={sectors}\n"));
-    let pattern: Vec<u8> =
-        (0..sectors * 512).map(|i| (i / 512 % 251) as u8 ^ (i % 7) as u8).collect();
-    File::options()
-        .write(true)
-        .open(&image.path)
-        .unwrap()
-        .write_all_at(&pattern, 63 * 512)
-        .unwrap();
-    let before = sha(&image.path, 63, sectors, 512);
+    let (image, before) = patterned_at_63();
     let fs = Image::new(48 * MIB);
     run("mkfs.ext4", &["-q", "-F", "-m", "0", fs.str()]);
     let mount = common::Mount::new(fs.str(), &["-o", "loop"]);
@@ -759,10 +769,7 @@ fn a_full_journal_file_system_stops_the_move_until_there_is_room() {
     std::fs::remove_file(&filler).unwrap();
     let rerun = state.realign(&[img, "1", "--journal", journal, "--yes"]);
     assert_eq!(code(&rerun), 0, "{}", text(&rerun));
-    let (_, parts) = sfdisk_json(img);
-    let start = parts[0].1;
-    assert_eq!(start, 2048, "{parts:?}");
-    assert_eq!(sha(&image.path, start, sectors, 512), before, "every byte in place");
+    moved_whole(&image, &before);
     drop(mount);
 }
 
@@ -780,17 +787,7 @@ fn a_journal_file_system_gone_read_only_stops_the_move_until_it_is_writable() {
     if !needs(true, &["nbdkit", "nbdfuse", "mkfs.ext4", "e2fsck", "mount", "sfdisk"]) {
         return;
     }
-    let sectors = 64 * MIB / 512;
-    let image = Image::sfdisk(128 * MIB, &format!("label: dos\nstart=63, size={sectors}\n"));
-    let pattern: Vec<u8> =
-        (0..sectors * 512).map(|i| (i / 512 % 241) as u8 ^ (i % 13) as u8).collect();
-    File::options()
-        .write(true)
-        .open(&image.path)
-        .unwrap()
-        .write_all_at(&pattern, 63 * 512)
-        .unwrap();
-    let before = sha(&image.path, 63, sectors, 512);
+    let (image, before) = patterned_at_63();
     let fs = Image::new(48 * MIB);
     let fs_loop = Loop::attach(&fs.path, 512);
     let fs_dev = fs_loop.dev.to_str().unwrap();
@@ -843,9 +840,7 @@ fn a_journal_file_system_gone_read_only_stops_the_move_until_it_is_writable() {
     assert_eq!(code(&rerun), 0, "{}", text(&rerun));
     assert!(text(&rerun).contains("resuming"), "{}", text(&rerun));
     drive.stop();
-    let (_, parts) = sfdisk_json(image.str());
-    assert_eq!(parts[0].1, 2048, "{parts:?}");
-    assert_eq!(sha(&image.path, 2048, sectors, 512), before, "every byte in place");
+    moved_whole(&image, &before);
     drop(mount);
 }
 
