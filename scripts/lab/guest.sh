@@ -3,6 +3,13 @@
 
 modprobe -q loop 2>/dev/null || true
 for m in dm-mod dm-log-writes dm-crypt md-mod raid1 raid0; do modprobe -q "$m" 2>/dev/null || true; done
+# hdparm's udev rule runs a shell script for every ATA or SCSI disk that
+# appears (power settings from /etc/hdparm.conf, which no check uses): under
+# TCG 1.5-2.5 s a disk, and the labs add disks by the dozen (scsi_debug
+# loads, a deleted disk rescanned). A same-named file in /run masks it.
+mkdir -p /run/udev/rules.d
+: >/run/udev/rules.d/85-hdparm.rules
+udevadm control --reload 2>/dev/null || true
 export LVM_SUPPRESS_FD_WARNINGS=1
 # LVM and mdadm want somewhere to write; the root is read-only.
 mkdir -p /tmp/lvm-run /tmp/lvm-cache

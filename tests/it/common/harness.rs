@@ -1,7 +1,8 @@
 //! The harness of tests/it (libtest-mimic): every test of every module
 //! as a trial named `MODULE::FN`, a test that skipped as ignored with its
 //! reason, the tests that time things run before the others, alone, and
-//! the tests that take minutes start before the short ones.
+//! the tests that take minutes run on threads of their own, beside the
+//! short ones.
 //!
 //! Each module lists its tests once, with `tests!`:
 //! `tests![a, b, alone(c), long(d)]`. A test left out of the list is dead code, which
@@ -34,13 +35,12 @@ pub struct Test {
 }
 
 /// When a test runs in [`main`]'s two passes.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum When {
     /// It measures time: first, alone.
     Alone,
-    /// It takes minutes (a kernel-lab boot): at the head of the second
-    /// pass, so the short tests fill the threads around it rather than it
-    /// running on alone at the end.
+    /// It takes minutes (a kernel-lab boot): on threads of its own, beside
+    /// the short tests' threads.
     Long,
     Any,
 }
@@ -109,32 +109,53 @@ macro_rules! tests {
 /// First the tests that time something (bench and probe on emulated
 /// drives, the emulator's penalties), one at a time, with the machine to
 /// themselves: beside a kernel-lab boot (QEMU under TCG takes a core) or a
-/// move their timings stretch and their ratios fail. Then all the others
-/// on the default threads, the long ones first (libtest-mimic starts them
-/// in order). One exit status for both: 101 when any failed.
-pub fn main(mut tests: Vec<Test>) -> ExitCode {
+/// move their timings stretch and their ratios fail. Then the long ones
+/// and all the others side by side, each on the default threads: two boots
+/// keep both cores busy, and the short tests mostly wait (on an emulated
+/// drive's latency, a sync, udev), which they do beside the boots instead
+/// of after them. With `--test-threads 1`, one after the other. One exit
+/// status for all: 101 when any failed.
+pub fn main(tests: Vec<Test>) -> ExitCode {
     let mut args = Arguments::from_args();
     // As libtest: RUST_TEST_THREADS where --test-threads is not given.
     if args.test_threads.is_none() {
         args.test_threads = std::env::var("RUST_TEST_THREADS").ok().and_then(|n| n.parse().ok());
     }
-    tests.sort_by_key(|t| t.when);
-    let (alone, rest): (Vec<Test>, Vec<Test>) =
-        tests.into_iter().partition(|t| t.when == When::Alone);
-    let alone: Vec<Trial> = alone.into_iter().map(Test::trial).collect();
-    let rest: Vec<Trial> = rest.into_iter().map(Test::trial).collect();
-    if args.list {
-        return libtest_mimic::run(&args, alone.into_iter().chain(rest).collect()).exit_code();
+    let [mut alone, mut long, mut short]: [Vec<Trial>; 3] = Default::default();
+    for test in tests {
+        match test.when {
+            When::Alone => &mut alone,
+            When::Long => &mut long,
+            When::Any => &mut short,
+        }
+        .push(test.trial());
     }
+    if args.list {
+        return libtest_mimic::run(&args, [alone, long, short].into_iter().flatten().collect())
+            .exit_code();
+    }
+    // A pass the filter leaves empty is skipped, so a filtered run prints
+    // one summary.
+    let wanted = |trials: &[Trial]| trials.iter().any(|t| !args.is_filtered_out(t));
     let mut conclusions: Vec<Conclusion> = Vec::new();
-    // Skip the first pass when the filter leaves nothing in it, so a
-    // filtered run prints one summary.
-    if alone.iter().any(|t| !args.is_filtered_out(t)) {
+    if wanted(&alone) {
         let one = Arguments { test_threads: Some(1), ..args.clone() };
         conclusions.push(libtest_mimic::run(&one, alone));
     }
-    if conclusions.is_empty() || rest.iter().any(|t| !args.is_filtered_out(t)) {
-        conclusions.push(libtest_mimic::run(&args, rest));
+    let side_by_side = wanted(&long) && wanted(&short) && args.test_threads != Some(1);
+    if side_by_side {
+        std::thread::scope(|scope| {
+            let boots = scope.spawn(|| libtest_mimic::run(&args, long));
+            conclusions.push(libtest_mimic::run(&args, short));
+            conclusions.push(boots.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+        });
+    } else {
+        if wanted(&long) {
+            conclusions.push(libtest_mimic::run(&args, long));
+        }
+        if conclusions.is_empty() || wanted(&short) {
+            conclusions.push(libtest_mimic::run(&args, short));
+        }
     }
     match conclusions.iter().any(Conclusion::has_failed) {
         true => ExitCode::from(101),
