@@ -4,7 +4,7 @@ use crate::align::{Class, Geometry, Verdict};
 use crate::device::libvirt::DomainDisk;
 use crate::device::vmimage::{Access, Export, ImageFormat};
 use crate::device::{self, Overrides, Source, Sourced, SysRoot, Target, TargetKind, Topology};
-use crate::io::ReadAt;
+use crate::io::{ReadAt, ReadCache};
 use crate::probe;
 use crate::realign;
 use crate::stack::{self, Contents, Layer, LayerVerdict};
@@ -363,6 +363,8 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &AuditOptions) -> Dis
         audit.stack = follow_slaves(root, name, opts.trust_kernel);
     }
     let offsets = stacked_offsets(&topology, &geometry, &audit.stack);
+    // Everything from here on reads; the probe above was the only writer.
+    let file = file.as_ref().map(|f| ReadCache::new(f, topology.size_bytes));
     let found = match &file {
         Ok(file) => match read_table(&mut audit, file, &topology) {
             // Better the kernel's view than nothing when the table is unusable.
@@ -399,18 +401,28 @@ pub fn audit_target(root: &SysRoot, target: &Target, opts: &AuditOptions) -> Dis
 /// Replace the reported geometry by the measured one, unless overridden.
 fn apply_probe(topology: &mut Topology, root: &SysRoot, file: &File, path: &Path) {
     let opts = probe::ProbeOptions { sys: root.sys.clone(), ..Default::default() };
-    let result = match probe::probe(file, &opts) {
-        Ok(r) => r,
+    match probe::probe(file, &opts) {
+        Ok(result) => adopt_probe(topology, &result, path),
         Err(err) => {
-            topology.notes.push(format!("cannot probe: {err}; judging by the reported geometry"));
-            return;
+            topology.notes.push(format!("cannot probe: {err}; judging by the reported geometry"))
         }
-    };
-    topology.notes.push(format!(
-        "probe: {} (confidence {:.2})",
-        result.sentence(path),
-        result.confidence
-    ));
+    }
+}
+
+/// The probe's finding in `topology`, noted; a penalty found with less
+/// than [`probe::MIN_CONFIDENCE`] is noted and not judged by: timings
+/// taken beside other work once made a 4096-byte drive look like 16384.
+fn adopt_probe(topology: &mut Topology, result: &probe::ProbeResult, path: &Path) {
+    let sentence = result.sentence(path);
+    let confidence = result.confidence;
+    if result.penalty.is_some() && confidence < probe::MIN_CONFIDENCE {
+        topology.notes.push(format!(
+            "probe: {sentence} (confidence {confidence:.2}, below {:.2}: judging by the reported geometry; rerun it when the disk and the machine are idle)",
+            probe::MIN_CONFIDENCE
+        ));
+        return;
+    }
+    topology.notes.push(format!("probe: {sentence} (confidence {confidence:.2})"));
     if result.penalty.is_none() {
         return;
     }
@@ -853,4 +865,51 @@ fn structures(audit: &DiskAudit, geometry: &Geometry) -> Vec<StructureAudit> {
             Some(StructureAudit { what, lba, aligned_physical: v.aligned_physical })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn found(physical: u64, offset: u64, confidence: f64) -> probe::ProbeResult {
+        probe::ProbeResult {
+            physical_sector_size: physical,
+            alignment_offset: offset,
+            lowest_aligned_lba: offset / 512,
+            confidence,
+            kernel: None,
+            agrees_with_kernel: false,
+            elapsed_s: 1.0,
+            logical_sector_size: 512,
+            penalty: Some(3.9),
+            writes: 100,
+        }
+    }
+
+    #[test]
+    fn a_sure_probe_replaces_the_reported_geometry() {
+        let mut topo = Topology::reported(512, 512, 0);
+        adopt_probe(&mut topo, &found(4096, 3584, 0.9), Path::new("/dev/sdz"));
+        assert_eq!(topo.physical_sector_size, Sourced::new(4096, Source::Probe));
+        assert_eq!(topo.alignment_offset, Sourced::new(3584, Source::Probe));
+        assert_eq!(topo.notes.len(), 1, "{:?}", topo.notes);
+    }
+
+    #[test]
+    fn an_unsure_probe_is_noted_and_not_judged_by() {
+        let mut topo = Topology::reported(512, 512, 0);
+        adopt_probe(&mut topo, &found(16384, 3584, 0.33), Path::new("/dev/sdz"));
+        assert_eq!(topo.physical_sector_size, Sourced::new(512, Source::Kernel));
+        assert_eq!(topo.alignment_offset, Sourced::new(0, Source::Kernel));
+        assert!(topo.notes[0].contains("confidence 0.33, below 0.50"), "{:?}", topo.notes);
+    }
+
+    #[test]
+    fn an_override_outranks_even_a_sure_probe() {
+        let mut topo = Topology::reported(512, 512, 0);
+        topo.physical_sector_size = Sourced::new(8192, Source::Override);
+        adopt_probe(&mut topo, &found(4096, 3584, 1.0), Path::new("/dev/sdz"));
+        assert_eq!(topo.physical_sector_size, Sourced::new(8192, Source::Override));
+        assert_eq!(topo.alignment_offset, Sourced::new(3584, Source::Probe));
+    }
 }

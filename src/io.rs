@@ -225,6 +225,73 @@ fn fill(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
     Ok(done)
 }
 
+/// One read-only pass over a disk (an audit), each 64 KiB window of it
+/// read once: the scheme probes and layer parsers ask for the same few
+/// sectors again and again (an audit of an MBR disk made 165 reads), and
+/// on a USB bridge, a failing drive or an emulated disk each read is a
+/// command. Never for a pass that writes: a window, once read, is kept.
+pub(crate) struct ReadCache<'a> {
+    dev: &'a dyn ReadAt,
+    size: u64,
+    windows: std::sync::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+}
+
+/// The unit read and kept.
+const WINDOW: u64 = 64 << 10;
+/// At most this many windows (16 MiB) are kept; past that, reads go
+/// straight to the disk.
+const MAX_WINDOWS: usize = 256;
+
+impl<'a> ReadCache<'a> {
+    /// `dev`, of `size` bytes.
+    pub(crate) fn new(dev: &'a dyn ReadAt, size: u64) -> ReadCache<'a> {
+        ReadCache { dev, size, windows: Default::default() }
+    }
+
+    /// Copy `buf.len()` bytes at `offset` from the windows, reading those
+    /// not kept yet; false when a window cannot be read whole (the end of
+    /// the disk, an unreadable sector in it) or the cache is full.
+    fn copy_windows(&self, buf: &mut [u8], offset: u64) -> bool {
+        let Ok(mut windows) = self.windows.lock() else { return false };
+        let end = offset.saturating_add(buf.len() as u64);
+        let mut at = offset;
+        while at < end {
+            let index = at / WINDOW;
+            let start = index * WINDOW;
+            if !windows.contains_key(&index) {
+                let len = WINDOW.min(self.size.saturating_sub(start));
+                let mut window = vec![0; len as usize];
+                if windows.len() >= MAX_WINDOWS
+                    || self.dev.read_exact_at(&mut window, start).is_err()
+                {
+                    return false;
+                }
+                windows.insert(index, window);
+            }
+            let stop = end.min(start + WINDOW);
+            let (from, to) = ((at - start) as usize, (stop - start) as usize);
+            // Past the end of the disk: the disk says so.
+            let Some(bytes) = windows.get(&index).and_then(|w| w.get(from..to)) else {
+                return false;
+            };
+            buf[(at - offset) as usize..(stop - offset) as usize].copy_from_slice(bytes);
+            at = stop;
+        }
+        true
+    }
+}
+
+impl ReadAt for ReadCache<'_> {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        // A large read gains nothing; a window that fails may fail for a
+        // sector outside `buf`, which the disk itself then answers for.
+        if buf.len() as u64 > WINDOW || !self.copy_windows(buf, offset) {
+            return self.dev.read_exact_at(buf, offset);
+        }
+        Ok(())
+    }
+}
+
 /// Opens `path` for O_DIRECT writing without any in-use checks: for files
 /// the caller has already vetted or created (the realign journal).
 pub(crate) fn open_direct_write(path: &Path) -> io::Result<File> {
@@ -292,5 +359,75 @@ mod tests {
             let (a, b) = (tempfile::tempfile().unwrap(), tempfile::tempfile().unwrap());
             assert!(DirectReader::direct(a, b, block).is_err(), "{block}");
         }
+    }
+
+    /// Bytes whose reads are counted; reads touching `bad` fail.
+    struct Counted {
+        bytes: Vec<u8>,
+        bad: Option<u64>,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl ReadAt for Counted {
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let end = offset + buf.len() as u64;
+            if self.bad.is_some_and(|bad| offset <= bad && bad < end) {
+                return Err(io::Error::other("unreadable"));
+            }
+            self.bytes.read_exact_at(buf, offset)
+        }
+    }
+
+    fn counted(len: usize, bad: Option<u64>) -> Counted {
+        let bytes = (0..len).map(|i| (i ^ (i >> 16)) as u8).collect();
+        Counted { bytes, bad, reads: Default::default() }
+    }
+
+    /// Any range reads as it is on the disk, across windows and up to the
+    /// end; past the end is the disk's own error.
+    #[test]
+    fn a_cache_reads_any_range_as_the_disk() {
+        let len = 3 * WINDOW as usize + 1_000;
+        let disk = counted(len, None);
+        let cache = ReadCache::new(&disk, len as u64);
+        for (offset, n) in
+            [(0, 512), (65_000, 1_000), (3 * 65_536, 1_000), (len - 1, 1), (7, 65_536)]
+        {
+            let mut buf = vec![0u8; n];
+            cache.read_exact_at(&mut buf, offset as u64).unwrap();
+            assert!(buf == disk.bytes[offset..offset + n], "{offset}+{n}");
+        }
+        for (offset, n) in [(len - 1, 2), (len, 1)] {
+            let err = cache.read_exact_at(&mut vec![0u8; n], offset as u64).unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{offset}+{n}");
+        }
+    }
+
+    /// The probes' repeated reads of the same sectors reach the disk once.
+    #[test]
+    fn a_cache_reads_each_window_once() {
+        let disk = counted(4 * WINDOW as usize, None);
+        let cache = ReadCache::new(&disk, 4 * WINDOW);
+        for _ in 0..10 {
+            for lba in [0, 1, 2, 34, 63] {
+                cache.read_exact_at(&mut [0u8; 512], lba * 512).unwrap();
+            }
+        }
+        assert_eq!(disk.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    /// An unreadable sector fails only the reads that cover it, as on the
+    /// disk itself: a window holding it is read by the range asked for.
+    #[test]
+    fn an_unreadable_sector_fails_only_its_own_reads() {
+        let disk = counted(2 * WINDOW as usize, Some(4096));
+        let cache = ReadCache::new(&disk, 2 * WINDOW);
+        let mut buf = [0u8; 512];
+        cache.read_exact_at(&mut buf, 0).unwrap();
+        assert!(buf[..] == disk.bytes[..512]);
+        assert!(cache.read_exact_at(&mut buf, 4096).is_err());
+        cache.read_exact_at(&mut buf, WINDOW).unwrap();
+        assert!(buf[..] == disk.bytes[WINDOW as usize..WINDOW as usize + 512]);
     }
 }

@@ -160,8 +160,10 @@ struct Found {
     penalty: Option<f64>,
 }
 
-/// Below this, "no penalty" is noise rather than a finding.
-const MIN_NO_PENALTY_CONFIDENCE: f64 = 0.5;
+/// Below this a result is noise rather than a finding: `infer` tries
+/// again after a "no penalty" this unsure, and `audit --probe` judges by
+/// the reported geometry rather than by a measured one this unsure.
+pub const MIN_CONFIDENCE: f64 = 0.5;
 /// Locate-then-knee attempts before giving up as too noisy.
 const ATTEMPTS: usize = 2;
 
@@ -169,7 +171,7 @@ fn infer(meter: &mut Meter, logical: u64) -> Result<Found, ProbeError> {
     for _ in 0..ATTEMPTS {
         let (first, locate) = match locate(meter, logical)? {
             Located::At(first, outcome) => (first, outcome),
-            Located::Nowhere(confidence) if confidence >= MIN_NO_PENALTY_CONFIDENCE => {
+            Located::Nowhere(confidence) if confidence >= MIN_CONFIDENCE => {
                 return Ok(Found { physical: logical, offset: 0, confidence, penalty: None })
             }
             Located::Nowhere(_) => continue,

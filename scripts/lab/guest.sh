@@ -1,8 +1,9 @@
 # Sourced in the kernel lab's guest (scripts/kernel-lab) before the command:
 # the modules the checks use, and helpers to find disks and report results.
 
-modprobe -q loop 2>/dev/null || true
-for m in dm-mod dm-log-writes dm-crypt md-mod raid1 raid0; do modprobe -q "$m" 2>/dev/null || true; done
+# One modprobe for all: under TCG each process started costs a quarter of
+# a second or more.
+modprobe -qa loop dm-mod dm-log-writes dm-crypt md-mod raid1 raid0 2>/dev/null || true
 # hdparm's udev rule runs a shell script for every ATA or SCSI disk that
 # appears (power settings from /etc/hdparm.conf, which no check uses): under
 # TCG 1.5-2.5 s a disk, and the labs add disks by the dozen (scsi_debug

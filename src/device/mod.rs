@@ -90,6 +90,25 @@ pub struct Topology {
 }
 
 impl Topology {
+    /// A disk of 1 GiB as its kernel reports it, nothing else known.
+    #[cfg(test)]
+    pub(crate) fn reported(logical: u64, physical: u64, offset: u64) -> Topology {
+        Topology {
+            logical_sector_size: Sourced::new(logical, Source::Kernel),
+            physical_sector_size: Sourced::new(physical, Source::Kernel),
+            alignment_offset: Sourced::new(offset, Source::Kernel),
+            minimum_io_size: None,
+            optimal_io_size: None,
+            size_bytes: 1 << 30,
+            rotational: None,
+            vendor: None,
+            model: None,
+            serial: None,
+            drive: None,
+            notes: Vec::new(),
+        }
+    }
+
     /// What verdicts are judged against. `trust_kernel` believes a reported
     /// physical sector under 4096; one nobody reported (an image's, a disk
     /// without sysfs) is not believed: trusting it would judge at 512.

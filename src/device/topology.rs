@@ -508,20 +508,7 @@ mod tests {
 
     #[test]
     fn part_sector_offsets_are_ignored() {
-        let mut topo = Topology {
-            logical_sector_size: Sourced::new(4096, Source::Kernel),
-            physical_sector_size: Sourced::new(4096, Source::Kernel),
-            alignment_offset: Sourced::new(512, Source::Kernel),
-            minimum_io_size: None,
-            optimal_io_size: None,
-            size_bytes: 1 << 30,
-            rotational: None,
-            vendor: None,
-            model: None,
-            serial: None,
-            drive: None,
-            notes: Vec::new(),
-        };
+        let mut topo = Topology::reported(4096, 4096, 512);
         reconcile(&mut topo).unwrap();
         assert_eq!(topo.alignment_offset, Sourced::new(0, Source::Assumed));
         assert_eq!(topo.notes.len(), 1, "{:?}", topo.notes);

@@ -1,7 +1,7 @@
 //! `blkalign bench` and `probe` as a user meets them: options that would be
 //! ignored are refused, the help has examples, the JSON matches its schema,
 //! the table takes the output options, and Ctrl-C leaves the data as it was
-//! (checked with sha256sum).
+//! (checked by SHA-256).
 
 use crate::common;
 
@@ -42,11 +42,6 @@ fn random_image(mib: u64) -> common::Image {
     let count = format!("count={mib}");
     common::run("dd", &["if=/dev/urandom", &of, "bs=1M", &count, "conv=notrunc", "status=none"]);
     image
-}
-
-fn sha256sum(path: &str) -> String {
-    let out = common::run("sha256sum", &[path]);
-    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or_default().to_string()
 }
 
 fn bench(image: &common::Image, args: &[&str]) -> std::process::Output {
@@ -252,10 +247,10 @@ fn interrupt(args: &[&str]) -> std::process::ExitStatus {
 fn ctrl_c_during_bench_changes_nothing() {
     let _serial = serial();
     let image = random_image(64);
-    let before = sha256sum(image.str());
+    let before = common::sha256_file(image.str());
     let status = interrupt(&["bench", image.str(), "--count", "200000", "--seed", "1"]);
     assert_eq!(status.signal(), Some(sigint()), "{status:?}");
-    assert_eq!(sha256sum(image.str()), before, "an interrupted bench changed the data");
+    assert_eq!(common::sha256_file(image.str()), before, "an interrupted bench changed the data");
 }
 
 fn ctrl_c_during_probe_changes_nothing() {
@@ -270,10 +265,10 @@ fn ctrl_c_during_probe_changes_nothing() {
         "dd",
         &["if=/dev/urandom", &of, "bs=1M", "count=16", "oflag=direct", "status=none"],
     );
-    let before = sha256sum(drive.str());
+    let before = common::sha256_file(drive.str());
     let status = interrupt(&["probe", drive.str()]);
     assert_eq!(status.signal(), Some(sigint()), "{status:?}");
-    assert_eq!(sha256sum(drive.str()), before, "an interrupted probe changed the data");
+    assert_eq!(common::sha256_file(drive.str()), before, "an interrupted probe changed the data");
 }
 
 fn sigint() -> i32 {

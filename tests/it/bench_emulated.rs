@@ -4,8 +4,7 @@
 use crate::common;
 
 use common::emulate::EmulatedDrive;
-use sha2::{Digest, Sha256};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::Mutex;
 
 tests![
@@ -35,19 +34,6 @@ fn bench_json(args: &[&str]) -> serde_json::Value {
     let out = common::blkalign().arg("bench").args(args).arg("--json").output().expect("run bench");
     assert!(out.status.success(), "bench {args:?}: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("bench --json prints JSON")
-}
-
-fn sha256(path: &std::path::Path) -> Vec<u8> {
-    let mut file = std::fs::File::open(path).expect("open device");
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).expect("read device");
-        if n == 0 {
-            return hasher.finalize().to_vec();
-        }
-        hasher.update(&buf[..n]);
-    }
 }
 
 /// Fills the device with bytes that differ everywhere, so a write of
@@ -103,7 +89,7 @@ fn default_writes_leave_every_byte_unchanged() {
     let drive =
         EmulatedDrive::start(&["--preset", "wd-ears", "--size", "16MiB", "--latency-ms", "0"]);
     fill(&drive.device, 16 << 20);
-    let before = sha256(&drive.device);
+    let before = common::sha256_file(&drive.device);
     bench_json(&[drive.str(), "--pattern", "random", "--count", "300"]);
     bench_json(&[drive.str(), "--pattern", "phybs", "--count", "20"]);
     bench_json(&[drive.str(), "--pattern", "stride", "--total", "256KiB", "--stride", "8KiB"]);
@@ -112,7 +98,7 @@ fn default_writes_leave_every_byte_unchanged() {
     let probe = common::blkalign().args(["probe", drive.str()]).output().expect("run probe");
     let err = String::from_utf8_lossy(&probe.stderr);
     assert!(probe.status.code().is_some_and(|c| c <= 1) || err.contains("inconclusive"), "{err}");
-    assert_eq!(sha256(&drive.device), before, "a default bench or probe changed the data");
+    assert_eq!(common::sha256_file(&drive.device), before, "a default bench or probe changed the data");
 }
 
 fn destructive_needs_yes() {
@@ -122,12 +108,12 @@ fn destructive_needs_yes() {
     let drive =
         EmulatedDrive::start(&["--preset", "native-512", "--size", "16MiB", "--latency-ms", "0"]);
     fill(&drive.device, 1 << 20);
-    let before = sha256(&drive.device);
+    let before = common::sha256_file(&drive.device);
     let args = ["bench", drive.str(), "--destructive", "--count", "10"];
     common::blkalign().args(args).assert().code(2).stderr(predicates::str::contains("--yes"));
-    assert_eq!(sha256(&drive.device), before);
+    assert_eq!(common::sha256_file(&drive.device), before);
     common::blkalign().args(args).arg("--yes").assert().success();
-    assert_ne!(sha256(&drive.device), before, "--destructive --yes writes its pattern");
+    assert_ne!(common::sha256_file(&drive.device), before, "--destructive --yes writes its pattern");
 }
 
 fn mounted_target_is_refused() {

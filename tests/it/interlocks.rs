@@ -1,12 +1,12 @@
 //! The writers never touch what is in use or what holds data: an image
 //! attached to a loop device by another path, a loop device stacked on the
 //! target, partitions holding file systems. Each refusal is proved with a
-//! SHA-256 (`sha256sum`) of the device or image taken before and after;
+//! SHA-256 of the device or image taken before and after;
 //! `restore` is proved by getting the exact bytes back and `e2fsck` passing.
 
 use crate::common;
 
-use common::{blkalign, json_of, needs, run, Image, Loop, Mount};
+use common::{blkalign, json_of, needs, run, sha256_file, Image, Loop, Mount};
 use std::path::{Path, PathBuf};
 
 tests![
@@ -27,11 +27,6 @@ tests![
 const MIB: u64 = 1 << 20;
 /// An old fdisk's partition: LBA 63, 120000 sectors, holding an ext4.
 const OLD_FDISK: &str = "label: dos\nstart=63, size=120000, type=83\n";
-
-fn sha256(path: &Path) -> String {
-    let out = run("sha256sum", &[path.to_str().expect("utf-8 path")]);
-    String::from_utf8_lossy(&out.stdout).split_whitespace().next().expect("a hash").to_string()
-}
 
 /// Run blkalign; its exit code and stderr.
 fn blk(args: &[&str]) -> (i32, String) {
@@ -56,7 +51,7 @@ fn stack_loop(file: &str, offset: u64) -> Loop {
 /// `partition` and `realign` on `target` are refused (exit 2) with a
 /// message containing every one of `words`, and `hashed` is unchanged.
 fn both_refused(target: &str, hashed: &Path, words: &[&str]) {
-    let before = sha256(hashed);
+    let before = sha256_file(hashed);
     let state = tempfile::tempdir().expect("tempdir");
     let backup = state.path().join("backup.bin");
     let journal = state.path().join("p1.journal");
@@ -76,7 +71,7 @@ fn both_refused(target: &str, hashed: &Path, words: &[&str]) {
         for word in words {
             assert!(err.contains(word), "{args:?}: {word:?} not in {err}");
         }
-        assert_eq!(sha256(hashed), before, "{args:?} changed {}", hashed.display());
+        assert_eq!(sha256_file(hashed), before, "{args:?} changed {}", hashed.display());
     }
     assert!(!backup.exists(), "a refused partition left a backup");
 }
@@ -89,7 +84,7 @@ fn old_fdisk_image() -> Image {
 }
 
 fn image_attached_through_a_hard_link_is_in_use() {
-    if !needs(true, &["losetup", "sfdisk", "mkfs.ext4", "sha256sum"]) {
+    if !needs(true, &["losetup", "sfdisk", "mkfs.ext4"]) {
         return;
     }
     let image = old_fdisk_image();
@@ -101,7 +96,7 @@ fn image_attached_through_a_hard_link_is_in_use() {
 }
 
 fn image_attached_through_a_bind_mount_is_in_use() {
-    if !needs(true, &["losetup", "sfdisk", "mkfs.ext4", "mount", "umount", "sha256sum"]) {
+    if !needs(true, &["losetup", "sfdisk", "mkfs.ext4", "mount", "umount"]) {
         return;
     }
     let image = old_fdisk_image();
@@ -112,7 +107,7 @@ fn image_attached_through_a_bind_mount_is_in_use() {
 }
 
 fn a_loop_device_whose_image_is_attached_twice_is_in_use() {
-    if !needs(true, &["losetup", "sfdisk", "mkfs.ext4", "sha256sum"]) {
+    if !needs(true, &["losetup", "sfdisk", "mkfs.ext4"]) {
         return;
     }
     let image = old_fdisk_image();
@@ -122,7 +117,7 @@ fn a_loop_device_whose_image_is_attached_twice_is_in_use() {
 }
 
 fn loop_stacked_on_the_disk_with_a_mount_is_in_use() {
-    if !needs(true, &["losetup", "sfdisk", "mkfs.ext4", "mount", "umount", "sha256sum"]) {
+    if !needs(true, &["losetup", "sfdisk", "mkfs.ext4", "mount", "umount"]) {
         return;
     }
     let image = Image::sfdisk(64 * MIB, OLD_FDISK);
@@ -136,7 +131,7 @@ fn loop_stacked_on_the_disk_with_a_mount_is_in_use() {
 }
 
 fn loop_stacked_on_a_partition_with_a_mount_is_in_use() {
-    if !needs(true, &["losetup", "sfdisk", "partx", "mkfs.ext4", "mount", "umount", "sha256sum"]) {
+    if !needs(true, &["losetup", "sfdisk", "partx", "mkfs.ext4", "mount", "umount"]) {
         return;
     }
     let image = Image::sfdisk(64 * MIB, OLD_FDISK);
@@ -170,14 +165,14 @@ fn e2fsck_at_63(disk: &Path) {
 }
 
 fn partition_refuses_to_lose_an_ext4_and_restore_brings_it_back() {
-    if !needs(false, &["sfdisk", "mkfs.ext4", "e2fsck", "dd", "sha256sum"]) {
+    if !needs(false, &["sfdisk", "mkfs.ext4", "e2fsck", "dd"]) {
         return;
     }
     let image = old_fdisk_image();
     let img = image.str();
     let dir = tempfile::tempdir().expect("tempdir");
     let backup = |n: &str| dir.path().join(format!("{n}.bin"));
-    let before = sha256(&image.path);
+    let before = sha256_file(&image.path);
 
     let (code, err) = blk(&["partition", img, "--label", "gpt", "--part", "rest"]);
     assert!(code == 0 && err.contains("contains an ext4 signature"), "dry run: {err}");
@@ -185,13 +180,13 @@ fn partition_refuses_to_lose_an_ext4_and_restore_brings_it_back() {
     assert_eq!(code, 2, "--wipe alone wrote over the ext4: {err}");
     let named = "partition 1 (sectors 63+120000) contains an ext4 signature (label \"old\")";
     assert!(err.contains(named) && err.contains("--force"), "{err}");
-    assert_eq!(sha256(&image.path), before);
+    assert_eq!(sha256_file(&image.path), before);
     assert!(!backup("refused").exists());
 
     let (code, err) = repartition(img, &backup("a"), &["--force"]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains(&format!("blkalign restore {}", backup("a").display())), "{err}");
-    let written = sha256(&image.path);
+    let written = sha256_file(&image.path);
     assert_ne!(written, before);
     assert_eq!(common::sfdisk_partitions(img).first().map(|p| p.1), Some(2048));
 
@@ -199,10 +194,10 @@ fn partition_refuses_to_lose_an_ext4_and_restore_brings_it_back() {
     let a = a.to_str().expect("utf-8");
     let (code, err) = blk(&["restore", a]);
     assert!(code == 0 && err.contains("dry run"), "{err}");
-    assert_eq!(sha256(&image.path), written, "the dry run wrote");
+    assert_eq!(sha256_file(&image.path), written, "the dry run wrote");
     let (code, err) = blk(&["restore", a, "--yes"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(sha256(&image.path), before, "restore did not bring the exact bytes back");
+    assert_eq!(sha256_file(&image.path), before, "restore did not bring the exact bytes back");
     assert_eq!(common::sfdisk_partitions(img), vec![(1, 63, 120000)]);
     e2fsck_at_63(&image.path);
     let (code, err) = blk(&["restore", a, "--yes"]);
@@ -210,20 +205,20 @@ fn partition_refuses_to_lose_an_ext4_and_restore_brings_it_back() {
 
     // Another disk: another size.
     let other = Image::new(32 * MIB);
-    let other_before = sha256(&other.path);
+    let other_before = sha256_file(&other.path);
     let (code, err) = blk(&["restore", a, other.str(), "--yes"]);
     assert!(code == 2 && err.contains("not the disk"), "{err}");
-    assert_eq!(sha256(&other.path), other_before);
+    assert_eq!(sha256_file(&other.path), other_before);
 
     // The same disk, changed since: restore would undo someone else's table.
     let (code, err) = repartition(img, &backup("b"), &["--force"]);
     assert_eq!(code, 0, "{err}");
     run_sfdisk(img, "label: dos\nstart=4096, size=8192, type=83\n");
-    let changed = sha256(&image.path);
+    let changed = sha256_file(&image.path);
     let b = backup("b");
     let (code, err) = blk(&["restore", b.to_str().expect("utf-8"), "--yes"]);
     assert!(code == 2 && err.contains("changed since"), "{err}");
-    assert_eq!(sha256(&image.path), changed);
+    assert_eq!(sha256_file(&image.path), changed);
 }
 
 fn run_sfdisk(dev: &str, script: &str) {
@@ -231,11 +226,11 @@ fn run_sfdisk(dev: &str, script: &str) {
 }
 
 fn restore_takes_sidecars_of_the_previous_format_with_a_warning() {
-    if !needs(false, &["sfdisk", "mkfs.ext4", "sha256sum"]) {
+    if !needs(false, &["sfdisk", "mkfs.ext4"]) {
         return;
     }
     let image = old_fdisk_image();
-    let before = sha256(&image.path);
+    let before = sha256_file(&image.path);
     let dir = tempfile::tempdir().expect("tempdir");
     let backup = dir.path().join("old.bin");
     let (code, err) = repartition(image.str(), &backup, &["--force"]);
@@ -254,22 +249,22 @@ fn restore_takes_sidecars_of_the_previous_format_with_a_warning() {
     std::fs::write(&json, serde_json::to_vec(&doc).expect("json")).expect("write sidecar");
     let (code, err) = blk(&["restore", backup.to_str().expect("utf-8"), "--yes"]);
     assert!(code == 0 && err.contains("older blkalign"), "{err}");
-    assert_eq!(sha256(&image.path), before);
+    assert_eq!(sha256_file(&image.path), before);
 }
 
 fn restore_on_a_loop_device_tells_the_kernel() {
-    if !needs(true, &["losetup", "sfdisk", "partx", "mkfs.ext4", "e2fsck", "dd", "sha256sum"]) {
+    if !needs(true, &["losetup", "sfdisk", "partx", "mkfs.ext4", "e2fsck", "dd"]) {
         return;
     }
     let image = old_fdisk_image();
     let disk = Loop::attach(&image.path, 512);
     disk.add_partitions(1);
-    let before = sha256(&disk.dev);
+    let before = sha256_file(&disk.dev);
     let dir = tempfile::tempdir().expect("tempdir");
     let backup = dir.path().join("loop.bin");
     let (code, err) = repartition(disk.str(), &backup, &[]);
     assert!(code == 2 && err.contains("ext4"), "{err}");
-    assert_eq!(sha256(&disk.dev), before);
+    assert_eq!(sha256_file(&disk.dev), before);
     let (code, err) = repartition(disk.str(), &backup, &["--force"]);
     assert_eq!(code, 0, "{err}");
     let name = disk.dev.file_name().and_then(|n| n.to_str()).expect("loop name");
@@ -280,7 +275,7 @@ fn restore_on_a_loop_device_tells_the_kernel() {
     assert_eq!(start(), "2048");
     let (code, err) = blk(&["restore", backup.to_str().expect("utf-8"), "--yes"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(sha256(&disk.dev), before);
+    assert_eq!(sha256_file(&disk.dev), before);
     assert_eq!(start(), "63", "the kernel was not told");
     e2fsck_at_63(&disk.dev);
 }
@@ -308,16 +303,16 @@ fn partition_sees_a_file_system_made_through_the_partition_node() {
 }
 
 fn a_file_system_on_the_whole_disk_counts() {
-    if !needs(false, &["mkfs.ext4", "sha256sum"]) {
+    if !needs(false, &["mkfs.ext4"]) {
         return;
     }
     let image = Image::new(32 * MIB);
     mkfs_ext4(image.str(), 0, 8192, "whole");
-    let before = sha256(&image.path);
+    let before = sha256_file(&image.path);
     let dir = tempfile::tempdir().expect("tempdir");
     let (code, err) = repartition(image.str(), &dir.path().join("b.bin"), &[]);
     assert!(code == 2 && err.contains("the disk (no partitions) contains an ext4"), "{err}");
-    assert_eq!(sha256(&image.path), before);
+    assert_eq!(sha256_file(&image.path), before);
 }
 
 fn advise_offers_mkfs_only_for_empty_partitions() {

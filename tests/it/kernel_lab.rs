@@ -26,10 +26,10 @@ use std::process::Command;
 
 tests![
     long(
-        topology_per_driver_agrees_with_the_kernel,
-        writers_update_the_kernel_and_refuse_disks_in_use,
-        every_crash_state_of_an_mbr_move_recovers,
-        every_crash_state_of_a_gpt_and_a_4kn_move_and_an_undo_recovers,
+        topology_per_driver_agrees_with_the_kernel = 620,
+        writers_update_the_kernel_and_refuse_disks_in_use = 520,
+        every_crash_state_of_an_mbr_move_recovers = 200,
+        every_crash_state_of_a_gpt_and_a_4kn_move_and_an_undo_recovers = 170,
     ),
 ];
 

@@ -8,7 +8,8 @@
 use crate::common;
 
 use common::{
-    blkalign, check_schema, json_of, needs, run, run_stdin, sfdisk_partitions, Image, Loop,
+    blkalign, check_schema, json_of, needs, run, run_stdin, sfdisk_partitions, sha256_file, Image,
+    Loop,
 };
 use std::process::Output;
 
@@ -24,11 +25,6 @@ tests![
 ];
 
 const MIB: u64 = 1 << 20;
-
-fn sha256(path: &str) -> String {
-    let out = run("sha256sum", &[path]);
-    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap_or("").to_string()
-}
 
 /// `rescale` with its backup (when --yes) kept in `dir`.
 fn rescale(image: &str, from: u64, to: u64, extra: &[&str], dir: &std::path::Path) -> Output {
@@ -99,7 +95,7 @@ const DOS: &str = "label: dos\nstart=256, size=2048\nstart=4096, size=8000, type
                    start=4352, size=1024\nstart=5632, size=1024\n";
 
 fn dos_with_logicals_4096_to_512_and_back() {
-    if !needs(true, &["losetup", "sfdisk", "parted", "mkfs.ext4", "e2fsck", "sha256sum"]) {
+    if !needs(true, &["losetup", "sfdisk", "parted", "mkfs.ext4", "e2fsck"]) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -113,9 +109,9 @@ fn dos_with_logicals_4096_to_512_and_back() {
     let (fs_at, fs_len) = (before[2].1, before[2].2);
     mkfs_ext4_at(image.str(), fs_at, fs_len);
 
-    let sha = sha256(image.str());
+    let sha = sha256_file(image.str());
     ok(&rescale(image.str(), 4096, 512, &[], dir.path()));
-    assert_eq!(sha256(image.str()), sha, "a dry run wrote");
+    assert_eq!(sha256_file(image.str()), sha, "a dry run wrote");
 
     ok(&rescale(image.str(), 4096, 512, &["--yes"], dir.path()));
     assert_eq!(sfdisk_bytes(image.str(), 512), before, "sfdisk at 512");
@@ -172,13 +168,13 @@ fn gpt_by_sfdisk_and_sgdisk_4096_to_512_and_back() {
 }
 
 fn a_start_not_on_a_4096_sector_is_refused() {
-    if !needs(false, &["sfdisk", "sha256sum"]) {
+    if !needs(false, &["sfdisk"]) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let image =
         Image::sfdisk(16 * MIB, "label: dos\nstart=2048, size=2048\nstart=4097, size=4096\n");
-    let sha = sha256(image.str());
+    let sha = sha256_file(image.str());
     for extra in [&[][..], &["--yes"]] {
         let out = rescale(image.str(), 512, 4096, extra, dir.path());
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
@@ -187,26 +183,26 @@ fn a_start_not_on_a_4096_sector_is_refused() {
             err.contains("partition 2 starts at byte 2097664, not a multiple of 4096"),
             "{err}"
         );
-        assert_eq!(sha256(image.str()), sha);
+        assert_eq!(sha256_file(image.str()), sha);
     }
 }
 
 fn a_gpt_array_over_a_partition_is_refused() {
-    if !needs(false, &["sfdisk", "sha256sum"]) {
+    if !needs(false, &["sfdisk"]) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let image = Image::sfdisk(16 * MIB, "label: gpt\nfirst-lba: 40\nstart=40, size=4056\n");
-    let sha = sha256(image.str());
+    let sha = sha256_file(image.str());
     let out = rescale(image.str(), 512, 4096, &["--yes"], dir.path());
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("partition 1 starts at byte 20480, inside the GPT"), "{err}");
-    assert_eq!(sha256(image.str()), sha);
+    assert_eq!(sha256_file(image.str()), sha);
 }
 
 fn fat_with_512_byte_sectors_is_named_and_refused_at_4096() {
-    if !needs(false, &["sfdisk", "mkfs.vfat", "dd", "sha256sum"]) {
+    if !needs(false, &["sfdisk", "mkfs.vfat", "dd"]) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -216,7 +212,7 @@ fn fat_with_512_byte_sectors_is_named_and_refused_at_4096() {
     run("mkfs.vfat", &["-S", "512", "-C", fat, "16384"]);
     let of = format!("of={}", image.str());
     run("dd", &[&format!("if={fat}"), &of, "bs=1M", "seek=1", "conv=notrunc", "status=none"]);
-    let sha = sha256(image.str());
+    let sha = sha256_file(image.str());
     let dry = rescale(image.str(), 512, 4096, &[], dir.path());
     assert_eq!(dry.status.code(), Some(1), "the dry run reports the problem");
     let err = String::from_utf8_lossy(&dry.stderr);
@@ -225,7 +221,7 @@ fn fat_with_512_byte_sectors_is_named_and_refused_at_4096() {
     let yes = rescale(image.str(), 512, 4096, &["--yes"], dir.path());
     assert_eq!(yes.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&yes.stderr).contains("refusing to rescale"));
-    assert_eq!(sha256(image.str()), sha);
+    assert_eq!(sha256_file(image.str()), sha);
     // Going the other way, a FAT's 512-byte sectors are fine for Linux.
     let json = blkalign()
         .args(["rescale", image.str(), "--from", "512", "--to", "4096", "--json"])
@@ -238,7 +234,7 @@ fn fat_with_512_byte_sectors_is_named_and_refused_at_4096() {
 }
 
 fn restore_undoes_a_rescale() {
-    if !needs(false, &["sfdisk", "sha256sum"]) {
+    if !needs(false, &["sfdisk"]) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -246,9 +242,9 @@ fn restore_undoes_a_rescale() {
         16 * MIB,
         "label: dos\nstart=2048, size=4096\nstart=8192, size=16384, type=5\nstart=10240, size=4096\n",
     );
-    let sha = sha256(image.str());
+    let sha = sha256_file(image.str());
     ok(&rescale(image.str(), 512, 4096, &["--yes"], dir.path()));
-    assert_ne!(sha256(image.str()), sha);
+    assert_ne!(sha256_file(image.str()), sha);
     // Read as 512 (sfdisk's size for a file), the entries now hold 4096-byte LBAs.
     assert_eq!(sfdisk_partitions(image.str()), [(1, 256, 512), (2, 1024, 2048)]);
     let backup = dir.path().join("backup-512-4096.bin");
@@ -257,11 +253,11 @@ fn restore_undoes_a_rescale() {
         .output()
         .expect("run restore");
     ok(&out);
-    assert_eq!(sha256(image.str()), sha);
+    assert_eq!(sha256_file(image.str()), sha);
 }
 
 fn a_4096_gpt_on_a_512_loop_device_is_rescaled_in_place() {
-    if !needs(true, &["losetup", "sgdisk", "sha256sum"]) {
+    if !needs(true, &["losetup", "sgdisk"]) {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
@@ -270,7 +266,7 @@ fn a_4096_gpt_on_a_512_loop_device_is_rescaled_in_place() {
         let dev = Loop::attach(&image.path, 4096);
         run("sgdisk", &["-n1:256:+4M", "-n2:0:+8M", dev.str()]);
     }
-    let sha = sha256(image.str());
+    let sha = sha256_file(image.str());
     let dev = Loop::attach(&image.path, 512);
     let backup = dir.path().join("backup.bin");
     let backup = backup.to_str().expect("utf-8");
@@ -285,7 +281,7 @@ fn a_4096_gpt_on_a_512_loop_device_is_rescaled_in_place() {
     let out = blkalign().args(["restore", backup, "--yes"]).output().expect("run restore");
     ok(&out);
     drop(dev);
-    assert_eq!(sha256(image.str()), sha);
+    assert_eq!(sha256_file(image.str()), sha);
 }
 
 /// Found on a real kernel: a 512-byte table on a device presenting 4096
@@ -295,7 +291,7 @@ fn a_4096_gpt_on_a_512_loop_device_is_rescaled_in_place() {
 /// read, without a warning. Now audit names the mismatch and the rescale
 /// that fixes it, and such a rescale needs --for-another-attachment.
 fn a_table_for_the_other_sector_size_is_named_and_not_written_blindly() {
-    if !needs(true, &["losetup", "sfdisk", "sgdisk", "sha256sum"]) {
+    if !needs(true, &["losetup", "sfdisk", "sgdisk"]) {
         return;
     }
     let image = Image::sfdisk(64 * MIB, "label: dos\nstart=2048, size=40960\nstart=43008\n");
@@ -314,7 +310,7 @@ fn a_table_for_the_other_sector_size_is_named_and_not_written_blindly() {
     run("sgdisk", &["-n1:256:+4M", dev.str()]);
     let (code, doc) = common::audit_json(&[dev.str()]);
     assert!(!doc.to_string().contains("table_sector_size"), "{code} {doc}");
-    let sha = sha256(gpt.str());
+    let sha = sha256_file(gpt.str());
     let dir = tempfile::tempdir().expect("tempdir");
     let backup = dir.path().join("backup.bin");
     let backup = backup.to_str().expect("utf-8");
@@ -330,7 +326,7 @@ fn a_table_for_the_other_sector_size_is_named_and_not_written_blindly() {
     );
     let refused = rescale(&["--yes"]);
     assert_eq!(refused.status.code(), Some(2), "{refused:?}");
-    assert_eq!(sha256(gpt.str()), sha, "a refusal wrote nothing");
+    assert_eq!(sha256_file(gpt.str()), sha, "a refusal wrote nothing");
     ok(&rescale(&["--yes", "--for-another-attachment"]));
     let (_, doc) = common::audit_json(&[dev.str()]);
     assert!(doc.to_string().contains("table_sector_size"), "{doc}");

@@ -5,7 +5,7 @@
 //! short ones.
 //!
 //! Each module lists its tests once, with `tests!`:
-//! `tests![a, b, alone(c), long(d)]`. A test left out of the list is dead code, which
+//! `tests![a, b, alone(c), long(d = 300)]`. A test left out of the list is dead code, which
 //! `cargo clippy --all-targets -- -D warnings` refuses.
 
 use libtest_mimic::{Arguments, Completion, Conclusion, Trial};
@@ -39,9 +39,10 @@ pub struct Test {
 enum When {
     /// It measures time: first, alone.
     Alone,
-    /// It takes minutes (a kernel-lab boot): on threads of its own, beside
-    /// the short tests' threads.
-    Long,
+    /// It takes minutes (a kernel-lab boot), about this many seconds: on
+    /// threads of its own, beside the short tests' threads, the longest
+    /// first.
+    Long(u32),
     Any,
 }
 
@@ -56,8 +57,16 @@ impl Test {
         Test { when: When::Alone, ..Test::new(module, name, run) }
     }
 
-    pub fn long(module: &str, name: &str, run: fn()) -> Test {
-        Test { when: When::Long, ..Test::new(module, name, run) }
+    pub fn long(module: &str, name: &str, seconds: u32, run: fn()) -> Test {
+        Test { when: When::Long(seconds), ..Test::new(module, name, run) }
+    }
+
+    /// How long a long test takes, 0 for any other.
+    fn seconds(&self) -> u32 {
+        match self.when {
+            When::Long(seconds) => seconds,
+            _ => 0,
+        }
     }
 
     fn trial(self) -> Trial {
@@ -77,9 +86,11 @@ impl Test {
     }
 }
 
-/// `tests![a, b, alone(c, d), long(e)]`: this module's `pub fn trials()`,
-/// its tests named `MODULE::a` and so on; those in `alone(...)` time
-/// something, those in `long(...)` take minutes.
+/// `tests![a, b, alone(c, d), long(e = 300)]`: this module's `pub fn
+/// trials()`, its tests named `MODULE::a` and so on; those in `alone(...)`
+/// time something, those in `long(...)` take minutes: about as many
+/// seconds as given, as they took in `.ci/run` beside the other tests (the
+/// longest start first, so that the last to end is a short one).
 macro_rules! tests {
     (@ [$($out:expr,)*]) => {
         pub fn trials() -> Vec<$crate::common::harness::Test> {
@@ -90,9 +101,9 @@ macro_rules! tests {
         tests!(@ [$($out,)* $($crate::common::harness::Test::alone(
             module_path!(), stringify!($alone), $alone),)*] $($($rest)*)?);
     };
-    (@ [$($out:expr,)*] long($($long:ident),* $(,)?) $(, $($rest:tt)*)?) => {
+    (@ [$($out:expr,)*] long($($long:ident = $seconds:literal),* $(,)?) $(, $($rest:tt)*)?) => {
         tests!(@ [$($out,)* $($crate::common::harness::Test::long(
-            module_path!(), stringify!($long), $long),)*] $($($rest)*)?);
+            module_path!(), stringify!($long), $seconds, $long),)*] $($($rest)*)?);
     };
     (@ [$($out:expr,)*] $name:ident $(, $($rest:tt)*)?) => {
         tests!(@ [$($out,)* $crate::common::harness::Test::new(
@@ -122,10 +133,14 @@ pub fn main(tests: Vec<Test>) -> ExitCode {
         args.test_threads = std::env::var("RUST_TEST_THREADS").ok().and_then(|n| n.parse().ok());
     }
     let [mut alone, mut long, mut short]: [Vec<Trial>; 3] = Default::default();
+    let mut tests = tests;
+    // Longest first: two threads then end within a short test of each
+    // other, where in the modules' order the last boot ran on alone.
+    tests.sort_by_key(|t| std::cmp::Reverse(t.seconds()));
     for test in tests {
         match test.when {
             When::Alone => &mut alone,
-            When::Long => &mut long,
+            When::Long(_) => &mut long,
             When::Any => &mut short,
         }
         .push(test.trial());

@@ -239,6 +239,19 @@ pub fn parted_aligned(dev: &str, number: u64) -> bool {
 }
 
 /// The blkalign binary under test.
+/// The SHA-256 of all of `path` (a file or a device, read through the page
+/// cache as `sha256sum` reads it), in hex.
+pub fn sha256_file(path: impl AsRef<Path>) -> String {
+    use sha2::{Digest, Sha256};
+    let path = path.as_ref();
+    let mut file =
+        std::fs::File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher)
+        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    format!("{:x}", hasher.finalize())
+}
+
 pub fn blkalign() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("blkalign").expect("binary built")
 }
