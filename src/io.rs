@@ -259,16 +259,19 @@ impl<'a> ReadCache<'a> {
             let index = at / WINDOW;
             let start = index * WINDOW;
             if !windows.contains_key(&index) {
+                if windows.len() >= MAX_WINDOWS {
+                    return false;
+                }
                 let len = WINDOW.min(self.size.saturating_sub(start));
                 let mut window = vec![0; len as usize];
-                if windows.len() >= MAX_WINDOWS
-                    || self.dev.read_exact_at(&mut window, start).is_err()
-                {
+                if self.dev.read_exact_at(&mut window, start).is_err() {
                     return false;
                 }
                 windows.insert(index, window);
             }
-            let stop = end.min(start + WINDOW);
+            // Offsets come from on-disk fields: near u64::MAX the window's
+            // end saturates, and the read falls to the disk, which refuses it.
+            let stop = end.min(start.saturating_add(WINDOW));
             let (from, to) = ((at - start) as usize, (stop - start) as usize);
             // Past the end of the disk: the disk says so.
             let Some(bytes) = windows.get(&index).and_then(|w| w.get(from..to)) else {
@@ -371,7 +374,7 @@ mod tests {
     impl ReadAt for Counted {
         fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
             self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let end = offset + buf.len() as u64;
+            let end = offset.saturating_add(buf.len() as u64);
             if self.bad.is_some_and(|bad| offset <= bad && bad < end) {
                 return Err(io::Error::other("unreadable"));
             }
@@ -401,6 +404,9 @@ mod tests {
         for (offset, n) in [(len - 1, 2), (len, 1)] {
             let err = cache.read_exact_at(&mut vec![0u8; n], offset as u64).unwrap_err();
             assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{offset}+{n}");
+        }
+        for offset in [u64::MAX - 100, u64::MAX - 1] {
+            assert!(cache.read_exact_at(&mut [0u8; 2], offset).is_err(), "{offset}");
         }
     }
 

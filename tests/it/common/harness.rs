@@ -126,14 +126,13 @@ macro_rules! tests {
 /// drive's latency, a sync, udev), which they do beside the boots instead
 /// of after them. With `--test-threads 1`, one after the other. One exit
 /// status for all: 101 when any failed.
-pub fn main(tests: Vec<Test>) -> ExitCode {
+pub fn main(mut tests: Vec<Test>) -> ExitCode {
     let mut args = Arguments::from_args();
     // As libtest: RUST_TEST_THREADS where --test-threads is not given.
     if args.test_threads.is_none() {
         args.test_threads = std::env::var("RUST_TEST_THREADS").ok().and_then(|n| n.parse().ok());
     }
     let [mut alone, mut long, mut short]: [Vec<Trial>; 3] = Default::default();
-    let mut tests = tests;
     // Longest first: two threads then end within a short test of each
     // other, where in the modules' order the last boot ran on alone.
     tests.sort_by_key(|t| std::cmp::Reverse(t.seconds()));

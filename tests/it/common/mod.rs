@@ -238,7 +238,6 @@ pub fn parted_aligned(dev: &str, number: u64) -> bool {
     status.success()
 }
 
-/// The blkalign binary under test.
 /// The SHA-256 of all of `path` (a file or a device, read through the page
 /// cache as `sha256sum` reads it), in hex.
 pub fn sha256_file(path: impl AsRef<Path>) -> String {
@@ -252,6 +251,7 @@ pub fn sha256_file(path: impl AsRef<Path>) -> String {
     format!("{:x}", hasher.finalize())
 }
 
+/// The blkalign binary under test.
 pub fn blkalign() -> assert_cmd::Command {
     assert_cmd::Command::cargo_bin("blkalign").expect("binary built")
 }
