@@ -619,19 +619,33 @@ fn unmount(mount: &Path, code: u8) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// Poll for up to 30 s: a disk behind a slow controller or USB may appear
-/// after udev settled.
+/// Poll for as long as initramfs-tools waits for the root device, 30 s or
+/// the kernel's `rootdelay=` if longer: a disk behind a slow controller or
+/// USB may appear after udev settled.
 fn wait_for<T>(mut find: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
+    let cmdline = fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let bound = rootdelay(&cmdline).unwrap_or_default().max(Duration::from_secs(30));
     loop {
         if let Some(found) = find() {
             return Some(found);
         }
-        if start.elapsed() > Duration::from_secs(30) {
+        if start.elapsed() > bound {
             return None;
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// The kernel command line's `rootdelay=` seconds, the last given, as
+/// initramfs-tools reads it: digits and dots, anything else counts as none.
+fn rootdelay(cmdline: &str) -> Option<Duration> {
+    let value =
+        cmdline.split_whitespace().filter_map(|w| w.strip_prefix("rootdelay=")).next_back()?;
+    if !value.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+        return None;
+    }
+    Duration::try_from_secs_f64(value.parse().ok()?).ok()
 }
 
 /// Progress for the console: a line every tenth, no terminal tricks; the
@@ -694,4 +708,22 @@ pub fn check_not_scheduled(session: &Session, args: &Args) -> anyhow::Result<()>
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rootdelay;
+    use std::time::Duration;
+
+    #[test]
+    fn rootdelay_is_the_last_given_and_a_number() {
+        let secs = |s: f64| Some(Duration::from_secs_f64(s));
+        assert_eq!(rootdelay("root=UUID=ab ro quiet"), None);
+        assert_eq!(rootdelay("rootdelay=5 ro"), secs(5.0));
+        assert_eq!(rootdelay("rootdelay=5 rootdelay=2.5"), secs(2.5));
+        for odd in ["soon", "", "1e3", "-1", "inf", "1.2.3", "99999999999999999999999"] {
+            assert_eq!(rootdelay(&format!("rootdelay=5 rootdelay={odd}")), None, "{odd}");
+        }
+        assert_eq!(rootdelay("xrootdelay=5"), None);
+    }
 }
