@@ -182,13 +182,15 @@ impl Drop for Loop {
     /// Detached, and gone before the drop returns: `losetup -d` of a device
     /// another process holds open (a parallel test's blkalign asking every
     /// loop device what it reads) only marks it to go at the last close,
-    /// and until then the image counts as in use.
+    /// and until then the image counts as in use. Gone is when the device
+    /// no longer shows this image: a parallel test may take it at once.
     fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
         let name = self.dev.file_name().unwrap_or_default().to_string_lossy().into_owned();
         let bound = Path::new("/sys/block").join(name).join("loop/backing_file");
+        let ours = std::fs::read_to_string(&bound).ok();
+        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
         for _ in 0..100 {
-            if !bound.exists() {
+            if ours.is_none() || std::fs::read_to_string(&bound).ok() != ours {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
