@@ -364,8 +364,16 @@ pub mod lab;
 /// python3-jsonschema, an independent validator (draft 2020-12).
 pub fn check_schema(name: &str, json: &str) {
     const PYTHON: &str = "/usr/bin/python3";
-    let probe = Command::new(PYTHON).args(["-c", "import jsonschema"]).output();
-    if !probe.is_ok_and(|o| o.status.success()) {
+    // Asked once: a Python start and import cost a fifth of a second, and
+    // a hundred checks ran it twice each.
+    static PRESENT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let present = *PRESENT.get_or_init(|| {
+        Command::new(PYTHON)
+            .args(["-c", "import jsonschema"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    if !present {
         return skip("needs python3-jsonschema (for its schema check)");
     }
     let schema =
