@@ -423,7 +423,7 @@ fn writers_update_the_kernel_and_refuse_disks_in_use() {
         |(driver, logical, serial)| {
             // The refusals hash the busy disk 20 times: it holds their
             // partitions and no more.
-            let size = if serial == "busy" { 80 << 20 } else { 192 << 20 };
+            let size = if serial == "busy" { 40 << 20 } else { 192 << 20 };
             let image = dir.image(&format!("{serial}.img"), size);
             format!("{driver}:{logical}:4096:{}:{serial}", image.display())
         },
