@@ -30,6 +30,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 self="$here/$(basename "${BASH_SOURCE[0]}")"
+source "$here/loop.sh"
 
 die() { echo "bootdisk: $*" >&2; exit 2; }
 say() { echo "bootdisk: $*" >&2; }
@@ -54,23 +55,14 @@ attach() {
   udevadm settle 2>/dev/null || true
   echo "$loop"
 }
-# detach LOOP: its partitions and the device gone. `losetup -d` of a device
-# that udev is still probing (a umount's change events) only marks it to go
-# at the last close: wait for that, or the next `boot` finds the image
-# attached. By the image, not by the device being free: another test may
-# take the device the moment it goes.
+# detach LOOP: its partitions and the device gone (loop.sh), or the next
+# `boot` finds the image attached.
 detach() {
-  local sys=/sys/block/${1#/dev/}/loop/backing_file file="" backing
-  IFS= read -r file 2>/dev/null <"$sys" || true
+  local file=""
+  IFS= read -r file 2>/dev/null <"/sys/block/${1#/dev/}/loop/backing_file" || true
   partx -d "$1" 2>/dev/null || true
   losetup -d "$1"
-  for _ in $(seq 100); do
-    backing=
-    IFS= read -r backing 2>/dev/null <"$sys" || true
-    [ -n "$file" ] && [ "$backing" = "$file" ] || return 0
-    sleep 0.1
-  done
-  die "$1 stays attached to $file"
+  [ -z "$file" ] || loop_gone "$file" "$1" || die "detach $1 failed"
 }
 
 # part_by_label LOOP LABEL: the partition node holding that file system.

@@ -29,6 +29,7 @@
 set -euo pipefail
 MiB=$((1 << 20))
 here=$(cd "$(dirname "$0")" && pwd)
+source "$here/loop.sh"
 
 # case_def NAME: the case's sector size, partition, table (a shell command
 # writing it to $T) and realign arguments; for an undo, the LBA that fails
@@ -184,26 +185,6 @@ points() {
 ' "$work/entries" | sort -n -u -k1,1
 }
 
-# gone FILE DEV...: wait until no DEV shows FILE. `losetup -d` of a device
-# that udev is still probing only marks it to go at the last close, and the
-# next state's copy of the image (the same file) would meet it: the rerun
-# then rightly refuses a disk whose bytes another loop device shows. By
-# its file, not by the device being free: another case's replay beside this
-# one may take the device the moment it goes.
-gone() {
-  local file=$1 dev backing
-  shift
-  for dev in "$@"; do
-    for _ in $(seq 100); do
-      backing=
-      IFS= read -r backing 2>/dev/null <"/sys/block/${dev#/dev/}/loop/backing_file" || true
-      [ "$backing" = "$file" ] || break
-      sleep 0.1
-    done
-    [ "$backing" != "$file" ] || { echo "crash.sh: $dev stays attached to $file" >&2; exit 1; }
-  done
-}
-
 cleanup() {
   umount "$mnt" 2>/dev/null || true
   [ -n "${T:-}" ] && losetup -d "$T" 2>/dev/null || true
@@ -242,7 +223,7 @@ host() {
     realign >/dev/null 2>>"$out/$name.err" || rerun=$?
     states+="${states:+, }{\"entry\": $upto, \"kind\": \"$kind\", \"rerun\": $rerun, \"scanned_start\": $seen, $(verdicts "$want" "$label")"
     detach
-    gone "$(realpath "$state")" "$T" "$J"
+    loop_gone "$(realpath "$state")" "$T" "$J"
     T= J=
     states+=", \"ms\": $(((${EPOCHREALTIME/./} - ${started/./}) / 1000))}"
   done 3< <(points "$log")
