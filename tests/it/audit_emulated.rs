@@ -65,7 +65,14 @@ fn probe_finds_the_jumper_and_turns_the_verdicts() {
     assert_eq!(t["partitions"][0]["verdict"], "misaligned");
     let unasked = blkalign().args(["audit", "--probe", drive.str()]).output().expect("run");
     assert_eq!(unasked.status.code(), Some(2), "--probe writes, so it needs --yes");
-    let (code, t) = audit(&["--probe", "--yes", drive.str()]);
+    // Once more when the timings were too noisy to decide, as the note
+    // tells users to (alone, on an idle machine, it happened once in
+    // `.ci/run`); a wrong answer is not retried.
+    let (mut code, mut t) = audit(&["--probe", "--yes", drive.str()]);
+    if t["notes"].to_string().contains("cannot probe: inconclusive") {
+        eprintln!("probe inconclusive, run again: {}", t["notes"]);
+        (code, t) = audit(&["--probe", "--yes", drive.str()]);
+    }
     assert_eq!(code, 1, "{t}");
     assert_eq!(t["physical_sector_size"], 4096, "{t}");
     assert_eq!(t["physical_sector_source"], "probe");

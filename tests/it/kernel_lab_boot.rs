@@ -17,8 +17,8 @@ use std::process::{Command, Output};
 
 tests![
     long(
-        a_root_at_lba_63_is_moved_at_boot_through_power_cuts = 280,
-        a_separate_boot_at_lba_63_and_the_root_both_move_at_boot = 115,
+        a_root_at_lba_63_is_moved_at_boot_through_power_cuts = 320,
+        a_separate_boot_at_lba_63_and_the_root_both_move_at_boot = 80,
     ),
 ];
 

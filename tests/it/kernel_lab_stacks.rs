@@ -40,10 +40,10 @@ use std::collections::BTreeMap;
 
 tests![
     long(
-        live_stacks_agree_with_the_kernel_and_the_peers = 120,
-        a_move_never_misaligns_what_the_kernel_aligned = 145,
-        a_failing_disk_cannot_corner_a_move = 180,
-        a_move_at_boot_moves_a_partition_under_an_active_volume_group = 75,
+        live_stacks_agree_with_the_kernel_and_the_peers = 95,
+        a_move_never_misaligns_what_the_kernel_aligned = 125,
+        a_failing_disk_cannot_corner_a_move = 150,
+        a_move_at_boot_moves_a_partition_under_an_active_volume_group = 60,
     ),
 ];
 
