@@ -37,48 +37,70 @@ use crate::common;
 use common::lab;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
-tests![
-    long(
-        live_stacks_agree_with_the_kernel_and_the_peers = 95,
-        a_move_never_misaligns_what_the_kernel_aligned = 125,
-        a_failing_disk_cannot_corner_a_move = 150,
-        a_move_at_boot_moves_a_partition_under_an_active_volume_group = 60,
-    ),
-];
+tests![long(live_stacks_kept_alignment_failing_disks_and_moves_at_boot = 295)];
+
+/// The four cases below in one boot (a boot costs about 25 s of CPU under
+/// TCG): each with its own disks, serials, volume groups and results
+/// directory, its script run after the one before it (the move at boot
+/// first, while udev has activated no other group), then each case's
+/// checks.
+fn live_stacks_kept_alignment_failing_disks_and_moves_at_boot() {
+    let tools = [
+        "mdadm",
+        "cryptsetup",
+        "pvcreate",
+        "dmsetup",
+        "sgdisk",
+        "mkfs.ext4",
+        "make-bcache",
+        "bcache-super-show",
+        "e2fsck",
+        "debugfs",
+        "ddrescuelog",
+    ];
+    if !lab::ready() || !common::needs(true, &tools) {
+        return;
+    }
+    let dir = lab::Dir::new();
+    let rw = |script: &str| dir.rw().join(lab::name_of(script));
+    let mut disks = Vec::new();
+    at_boot_disks(&dir, &mut disks);
+    keep_disks(&dir, &mut disks);
+    stacks_disks(&dir, &mut disks);
+    std::fs::create_dir(rw("faults.sh")).expect("faults.sh's results directory");
+    std::fs::write(rw("faults.sh").join("f.bin"), faults_file()).expect("f.bin");
+    let scripts: [(&str, &[&str]); 4] = [
+        ("atboot.sh", &["b1"]),
+        ("keep.sh", &["k1", "k2", "k3"]),
+        ("stacks.sh", &["s1", "s2"]),
+        // Its disk is scsi_debug's, made in the guest, holding f.bin.
+        ("faults.sh", &[]),
+    ];
+    lab::run_batch(&dir, &disks, &scripts);
+    let (atboot, keep, stacks, faults) =
+        (rw("atboot.sh"), rw("keep.sh"), rw("stacks.sh"), rw("faults.sh"));
+    a_move_at_boot_moves_a_partition_under_an_active_volume_group(atboot);
+    a_move_never_misaligns_what_the_kernel_aligned(keep);
+    live_stacks_agree_with_the_kernel_and_the_peers(stacks);
+    a_failing_disk_cannot_corner_a_move(faults);
+}
+
+/// stacks.sh's disks, added to `disks` (so for each case below).
+fn stacks_disks(dir: &lab::Dir, disks: &mut Vec<String>) {
+    for serial in ["s1", "s2"] {
+        let image = dir.image(&format!("{serial}.img"), 256 << 20);
+        disks.push(format!("scsi:512:4096:{}:{serial}", image.display()));
+    }
+}
 
 const PHYSICAL: u64 = 4096;
 /// Stacked devices that leave no header on the disk: only the kernel
 /// (holders and the table) knows where they are.
 const HEADERLESS: &[&str] = &["/dev/mapper/lin"];
 
-fn live_stacks_agree_with_the_kernel_and_the_peers() {
-    if !lab::ready()
-        || !common::needs(
-            true,
-            &[
-                "mdadm",
-                "cryptsetup",
-                "pvcreate",
-                "dmsetup",
-                "sgdisk",
-                "mkfs.ext4",
-                "make-bcache",
-                "bcache-super-show",
-            ],
-        )
-    {
-        return;
-    }
-    let dir = lab::Dir::new();
-    let disks = ["s1", "s2"].map(|serial| {
-        let image = dir.image(&format!("{serial}.img"), 256 << 20);
-        format!("scsi:512:4096:{}:{serial}", image.display())
-    });
-    let args = [dir.rw().display().to_string(), "s1".into(), "s2".into()];
-    lab::run(&dir, &disks, "stacks.sh", &args);
-
-    let rw = dir.rw();
+fn live_stacks_agree_with_the_kernel_and_the_peers(rw: PathBuf) {
     let text = |name: &str| text_of(&rw, name);
     let json = |name: &str| json_of(&rw, name);
     let kernel = json("kernel.json");
@@ -614,11 +636,7 @@ fn summary(layers: &Value) -> String {
 /// only the partition whose LUKS2 payload was off with it; afterwards the
 /// kernel reports every mapping aligned, the moved file system is clean and
 /// its file intact (tests/lab/keep.sh).
-fn a_move_never_misaligns_what_the_kernel_aligned() {
-    if !lab::ready() || !common::needs(true, &["cryptsetup", "pvcreate", "sgdisk", "mkfs.ext4"]) {
-        return;
-    }
-    let dir = lab::Dir::new();
+fn keep_disks(dir: &lab::Dir, disks: &mut Vec<String>) {
     let image = dir.image("k1.img", 160 << 20);
     // A table for 512-byte sectors, as a disk out of its 512e enclosure.
     let sized = dir.image("k2.img", 64 << 20);
@@ -630,14 +648,14 @@ fn a_move_never_misaligns_what_the_kernel_aligned() {
         &["-q", held.to_str().unwrap()],
         Some("label: dos\nstart=2048, size=40960\n"),
     );
-    let disks = [
+    disks.extend([
         format!("scsi:512:4096:{}:k1", image.display()),
         format!("scsi:4096:4096:{}:k2", sized.display()),
         format!("scsi:512:4096:{}:k3", held.display()),
-    ];
-    let args = [dir.rw().display().to_string(), "k1".into(), "k2".into(), "k3".into()];
-    lab::run(&dir, &disks, "keep.sh", &args);
-    let rw = dir.rw();
+    ]);
+}
+
+fn a_move_never_misaligns_what_the_kernel_aligned(rw: PathBuf) {
     let text = |name: &str| text_of(&rw, name);
     let json = |name: &str| json_of(&rw, name);
     let before = json("before.json");
@@ -709,17 +727,12 @@ fn a_move_never_misaligns_what_the_kernel_aligned() {
     assert!(!advice.contains("mkfs"), "{advice}");
 }
 
-fn a_failing_disk_cannot_corner_a_move() {
-    let tools = ["mkfs.ext4", "e2fsck", "debugfs", "ddrescuelog"];
-    if !lab::ready() || !common::needs(true, &tools) {
-        return;
-    }
-    let dir = lab::Dir::new();
-    let file: Vec<u8> =
-        (0..2_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
-    std::fs::write(dir.rw().join("f.bin"), &file).expect("f.bin");
-    lab::run(&dir, &[], "faults.sh", &[dir.rw().display().to_string()]);
-    let rw = dir.rw();
+/// The file faults.sh puts in the file system on its failing disk.
+fn faults_file() -> Vec<u8> {
+    (0..2_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect()
+}
+
+fn a_failing_disk_cannot_corner_a_move(rw: PathBuf) {
     let text = |name: &str| std::fs::read_to_string(rw.join(name)).unwrap_or_default();
     let json = |name: &str| -> Value {
         serde_json::from_str(&text(name))
@@ -768,7 +781,7 @@ fn a_failing_disk_cannot_corner_a_move() {
     );
     let moved = std::fs::read(rw.join("f.rescued")).expect("f.bin as moved");
     let expected = std::fs::read(rw.join("f.expected")).expect("f.bin, its bad block zeroed");
-    assert_ne!(expected, file);
+    assert_ne!(expected, faults_file());
     assert!(moved == expected, "f.bin after the rescue is not the original with block 10 zeroed");
     assert_journal_clean(&rescued);
 
@@ -828,15 +841,12 @@ fn assert_journal_clean(result: &Value) {
 /// 63 to 2048 and the group activated again over it: the file intact,
 /// e2fsck clean, the kernel's alignment_offset of the LV 0 and the audit
 /// clean (tests/lab/atboot.sh).
-fn a_move_at_boot_moves_a_partition_under_an_active_volume_group() {
-    if !lab::ready() || !common::needs(true, &["pvcreate", "mkfs.ext4", "jq"]) {
-        return;
-    }
-    let dir = lab::Dir::new();
+fn at_boot_disks(dir: &lab::Dir, disks: &mut Vec<String>) {
     let image = dir.image("b1.img", 200 << 20);
-    let disks = [format!("scsi:512:512:{}:b1", image.display())];
-    lab::run(&dir, &disks, "atboot.sh", &[dir.rw().display().to_string(), "b1".into()]);
-    let rw = dir.rw();
+    disks.push(format!("scsi:512:512:{}:b1", image.display()));
+}
+
+fn a_move_at_boot_moves_a_partition_under_an_active_volume_group(rw: PathBuf) {
     let text = |name: &str| text_of(&rw, name);
     assert_eq!(text("pe_start.txt").trim(), (1u64 << 20).to_string(), "the PV's data is off too");
     let refused = json_of(&rw, "refused.json");

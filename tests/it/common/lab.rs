@@ -85,6 +85,66 @@ impl Dir {
 /// as [`guest_binary`] says.
 pub fn run(dir: &Dir, disks: &[String], script: &str, args: &[String]) -> String {
     let root = env!("CARGO_MANIFEST_DIR");
+    let mut cmd = lab_command(dir, disks);
+    cmd.arg(format!("{root}/tests/lab/{script}"));
+    cmd.args(args);
+    let started = std::time::Instant::now();
+    let text = boot(cmd, script);
+    println!("kernel lab: {script} took {:.0} s", started.elapsed().as_secs_f64());
+    text
+}
+
+/// One boot for several scripts (tests/lab/batch.sh): the lab with every
+/// case's `disks`, then each `(script, args)` of tests/lab/ in turn, given
+/// `dir.rw()/NAME` (NAME: the script's without .sh) before `args`, as
+/// [`run`] would run it in a boot of its own (a boot costs about 25 s of
+/// CPU under TCG). The cases must not share disks, serials, volume names or
+/// files outside /tmp/state and /tmp/mnt. Returns each script's output;
+/// panics unless all exit 0.
+pub fn run_batch(dir: &Dir, disks: &[String], scripts: &[(&str, &[&str])]) -> Vec<String> {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let rw = dir.rw();
+    let mut cmd = lab_command(dir, disks);
+    cmd.arg(format!("{root}/tests/lab/batch.sh")).arg(&rw);
+    for (i, (script, args)) in scripts.iter().enumerate() {
+        if i > 0 {
+            cmd.arg("--");
+        }
+        std::fs::create_dir_all(rw.join(name_of(script))).expect("a script's results directory");
+        cmd.arg(script).args(*args);
+    }
+    let names: Vec<&str> = scripts.iter().map(|(script, _)| *script).collect();
+    boot(cmd, &names.join(", "));
+    let mut failed = Vec::new();
+    let outputs = names
+        .iter()
+        .map(|script| {
+            let file = |ext: &str| {
+                let path = rw.join("batch").join(format!("{}.{ext}", name_of(script)));
+                std::fs::read_to_string(path).unwrap_or_default()
+            };
+            let (log, status) = (file("log"), file("status"));
+            let (code, seconds) = status.trim().split_once(' ').unwrap_or(("never ran", "0"));
+            println!("kernel lab: {script} took {seconds} s");
+            if code != "0" {
+                failed.push(format!("{script} exited {code}:\n{log}"));
+            }
+            log
+        })
+        .collect();
+    assert!(failed.is_empty(), "kernel lab: {}", failed.join("\n"));
+    outputs
+}
+
+/// `script`'s name without `.sh`: its results directory in a batch.
+pub fn name_of(script: &str) -> &str {
+    script.strip_suffix(".sh").unwrap_or(script)
+}
+
+/// scripts/kernel-lab with `disks` and `dir`, up to its command: `env
+/// BLKALIGN=... bash`, the guest's copy of the binary under test.
+fn lab_command(dir: &Dir, disks: &[String]) -> Command {
+    let root = env!("CARGO_MANIFEST_DIR");
     let mut cmd = Command::new(format!("{root}/scripts/kernel-lab"));
     // Generous: under TCG, with another boot beside it on two cores, a
     // batch runs at half speed (the MBR crash states took over 1500 s so).
@@ -99,14 +159,16 @@ pub fn run(dir: &Dir, disks: &[String], script: &str, args: &[String]) -> String
     let binary = dir.path().join("blkalign");
     std::fs::copy(guest_binary(), &binary).expect("copy the binary");
     cmd.args(["--", "env", &format!("BLKALIGN={}", binary.display()), "bash"]);
-    cmd.arg(format!("{root}/tests/lab/{script}"));
-    cmd.args(args);
-    let started = std::time::Instant::now();
+    cmd
+}
+
+/// Run the lab's `cmd`; its output, or a panic naming `what` with it
+/// unless the guest's command exited 0.
+fn boot(mut cmd: Command, what: &str) -> String {
     let out = cmd.output().expect("run scripts/kernel-lab");
     let text =
         format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    println!("kernel lab: {script} took {:.0} s", started.elapsed().as_secs_f64());
-    assert!(out.status.success(), "kernel lab {script} exited {}:\n{text}", out.status);
+    assert!(out.status.success(), "kernel lab {what} exited {}:\n{text}", out.status);
     text
 }
 
