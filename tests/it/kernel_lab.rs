@@ -26,9 +26,9 @@ use std::process::Command;
 
 tests![
     long(
-        topology_per_driver_agrees_with_the_kernel = 520,
-        writers_update_the_kernel_and_refuse_disks_in_use = 410,
-        every_crash_state_of_a_move_and_an_undo_recovers = 175,
+        topology_per_driver_agrees_with_the_kernel = 410,
+        writers_update_the_kernel_and_refuse_disks_in_use = 300,
+        every_crash_state_of_a_move_and_an_undo_recovers = 165,
     ),
 ];
 
