@@ -87,7 +87,7 @@ fn live_stacks_kept_alignment_failing_disks_and_moves_at_boot() {
     a_failing_disk_cannot_corner_a_move(faults);
 }
 
-/// stacks.sh's disks, added to `disks` (so for each case below).
+/// stacks.sh's disks, added to `disks`.
 fn stacks_disks(dir: &lab::Dir, disks: &mut Vec<String>) {
     for serial in ["s1", "s2"] {
         let image = dir.image(&format!("{serial}.img"), 256 << 20);
@@ -628,14 +628,7 @@ fn summary(layers: &Value) -> String {
     each.collect::<Vec<_>>().join(", ")
 }
 
-/// Issue 27's first find, on the real kernel: cryptsetup and pvcreate make
-/// up for partitions at LBA 63 and 83969 (the kernel's partition
-/// alignment_offset tells them how), so their mappings are aligned; a move
-/// of those partitions misaligned them. `audit` calls them compensated,
-/// `realign` refuses to move them (the disk unchanged) and, unasked, moves
-/// only the partition whose LUKS2 payload was off with it; afterwards the
-/// kernel reports every mapping aligned, the moved file system is clean and
-/// its file intact (tests/lab/keep.sh).
+/// The disks of the case below, added to `disks`.
 fn keep_disks(dir: &lab::Dir, disks: &mut Vec<String>) {
     let image = dir.image("k1.img", 160 << 20);
     // A table for 512-byte sectors, as a disk out of its 512e enclosure.
@@ -655,6 +648,14 @@ fn keep_disks(dir: &lab::Dir, disks: &mut Vec<String>) {
     ]);
 }
 
+/// Issue 27's first find, on the real kernel: cryptsetup and pvcreate make
+/// up for partitions at LBA 63 and 83969 (the kernel's partition
+/// alignment_offset tells them how), so their mappings are aligned; a move
+/// of those partitions misaligned them. `audit` calls them compensated,
+/// `realign` refuses to move them (the disk unchanged) and, unasked, moves
+/// only the partition whose LUKS2 payload was off with it; afterwards the
+/// kernel reports every mapping aligned, the moved file system is clean and
+/// its file intact (tests/lab/keep.sh).
 fn a_move_never_misaligns_what_the_kernel_aligned(rw: PathBuf) {
     let text = |name: &str| text_of(&rw, name);
     let json = |name: &str| json_of(&rw, name);
@@ -834,6 +835,12 @@ fn assert_journal_clean(result: &Value) {
     assert_eq!(result["journal_has_marker"], false, "user bytes in the journal: {result}");
 }
 
+/// The disks of the case below, added to `disks`.
+fn at_boot_disks(dir: &lab::Dir, disks: &mut Vec<String>) {
+    let image = dir.image("b1.img", 200 << 20);
+    disks.push(format!("scsi:512:512:{}:b1", image.display()));
+}
+
 /// A move at boot with the root on LVM on the partition moved, as the
 /// initramfs makes it (`--at-boot-run`) after udev's LVM rules activated
 /// the volume group: with the LV mounted it is refused and the disk is
@@ -841,11 +848,6 @@ fn assert_journal_clean(result: &Value) {
 /// 63 to 2048 and the group activated again over it: the file intact,
 /// e2fsck clean, the kernel's alignment_offset of the LV 0 and the audit
 /// clean (tests/lab/atboot.sh).
-fn at_boot_disks(dir: &lab::Dir, disks: &mut Vec<String>) {
-    let image = dir.image("b1.img", 200 << 20);
-    disks.push(format!("scsi:512:512:{}:b1", image.display()));
-}
-
 fn a_move_at_boot_moves_a_partition_under_an_active_volume_group(rw: PathBuf) {
     let text = |name: &str| text_of(&rw, name);
     assert_eq!(text("pe_start.txt").trim(), (1u64 << 20).to_string(), "the PV's data is off too");

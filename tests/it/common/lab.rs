@@ -99,9 +99,9 @@ pub fn run(dir: &Dir, disks: &[String], script: &str, args: &[String]) -> String
 /// `dir.rw()/NAME` (NAME: the script's without .sh) before `args`, as
 /// [`run`] would run it in a boot of its own (a boot costs about 25 s of
 /// CPU under TCG). The cases must not share disks, serials, volume names or
-/// files outside /tmp/state and /tmp/mnt. Returns each script's output;
-/// panics unless all exit 0.
-pub fn run_batch(dir: &Dir, disks: &[String], scripts: &[(&str, &[&str])]) -> Vec<String> {
+/// files outside /tmp/state and /tmp/mnt. Panics with the output of each
+/// script that did not exit 0.
+pub fn run_batch(dir: &Dir, disks: &[String], scripts: &[(&str, &[&str])]) {
     let root = env!("CARGO_MANIFEST_DIR");
     let rw = dir.rw();
     let mut cmd = lab_command(dir, disks);
@@ -116,24 +116,19 @@ pub fn run_batch(dir: &Dir, disks: &[String], scripts: &[(&str, &[&str])]) -> Ve
     let names: Vec<&str> = scripts.iter().map(|(script, _)| *script).collect();
     boot(cmd, &names.join(", "));
     let mut failed = Vec::new();
-    let outputs = names
-        .iter()
-        .map(|script| {
-            let file = |ext: &str| {
-                let path = rw.join("batch").join(format!("{}.{ext}", name_of(script)));
-                std::fs::read_to_string(path).unwrap_or_default()
-            };
-            let (log, status) = (file("log"), file("status"));
-            let (code, seconds) = status.trim().split_once(' ').unwrap_or(("never ran", "0"));
-            println!("kernel lab: {script} took {seconds} s");
-            if code != "0" {
-                failed.push(format!("{script} exited {code}:\n{log}"));
-            }
-            log
-        })
-        .collect();
+    for script in &names {
+        let file = |ext: &str| {
+            let path = rw.join("batch").join(format!("{}.{ext}", name_of(script)));
+            std::fs::read_to_string(path).unwrap_or_default()
+        };
+        let status = file("status");
+        let (code, seconds) = status.trim().split_once(' ').unwrap_or(("never ran", "0"));
+        println!("kernel lab: {script} took {seconds} s");
+        if code != "0" {
+            failed.push(format!("{script} exited {code}:\n{}", file("log")));
+        }
+    }
     assert!(failed.is_empty(), "kernel lab: {}", failed.join("\n"));
-    outputs
 }
 
 /// `script`'s name without `.sh`: its results directory in a batch.
