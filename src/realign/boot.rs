@@ -257,8 +257,14 @@ pub fn run(
         Ok(r) => r,
         Err(why) => return Ok(Ran::Refused(why)),
     };
+    if !released.is_empty() {
+        events.note(&format!(
+            "let go of {} (udev's LVM rules had activated them); activated again after the move",
+            released.join(", ")
+        ));
+    }
     let ran = resume_and_move(&session, plan, dir, action, events);
-    if released {
+    if !released.is_empty() {
         // As udev's rules would have: the mappings come back over the new place.
         run_quietly("lvm", &["vgchange", "-aay", "--sysinit"]);
         run_quietly("udevadm", &["settle"]);
@@ -313,9 +319,9 @@ fn resume_and_move(
 /// udev's LVM rules activate a volume group as soon as its PVs appear, in
 /// the initramfs too, before init-premount: the mappings on a partition to
 /// move, unused yet (nothing is mounted before root), are removed with
-/// `dmsetup remove` (which refuses one that is open). True if there were any.
-fn release_mappings(root: &SysRoot, disk: &str, partitions: &[u32]) -> Result<bool, String> {
-    let mut released = false;
+/// `dmsetup remove` (which refuses one that is open). The mappings removed.
+fn release_mappings(root: &SysRoot, disk: &str, partitions: &[u32]) -> Result<Vec<String>, String> {
+    let mut released = Vec::new();
     for part in sysfs::partition_dirs(&root.block(disk)) {
         if !sysfs::partition_number(&part).is_some_and(|n| partitions.contains(&n)) {
             continue;
@@ -330,7 +336,7 @@ fn release_mappings(root: &SysRoot, disk: &str, partitions: &[u32]) -> Result<bo
             };
             let out = std::process::Command::new("dmsetup").args(["remove", &name]).output();
             match out {
-                Ok(o) if o.status.success() => released = true,
+                Ok(o) if o.status.success() => released.push(name),
                 Ok(o) => {
                     return Err(format!(
                         "the mapping {name} on the partition could not be removed: {}",

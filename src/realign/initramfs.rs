@@ -1,7 +1,7 @@
-//! The initramfs side of a move at boot: which generator a system uses,
+//! The initramfs side of a move at boot: which generator a system uses
+//! (initramfs-tools on Debian and Ubuntu, dracut on Fedora, RHEL and SUSE),
 //! the hook that puts blkalign and its plan into the image, and the
-//! command that rebuilds it. initramfs-tools (Debian, Ubuntu) only:
-//! dracut systems are refused by name.
+//! command that rebuilds it.
 
 use serde::{Deserialize, Serialize};
 use std::fs;
@@ -11,24 +11,48 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The file name of the hook and of the boot script, in the generator's
-/// configuration directory.
+/// configuration directory; dracut's module name.
 const NAME: &str = "blkalign-at-boot";
+/// dracut's modules, as the generator installed them.
+const DRACUT_MODULES: &str = "/usr/lib/dracut";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Generator {
     InitramfsTools,
+    Dracut,
+}
+
+impl Generator {
+    /// Where the hook runs, for the dry run.
+    pub fn hook_point(self) -> &'static str {
+        match self {
+            Generator::InitramfsTools => {
+                "initramfs-tools' init-premount (after udev has found the disks, before root \
+                 is mounted or LUKS opened; a volume group udev's rules activated \
+                 on a partition moved is let go first and activated again after)"
+            }
+            Generator::Dracut => {
+                "dracut's pre-udev hook (before udev, so before LVM, LUKS or md are assembled; \
+                 blkalign loads the disks' drivers itself)"
+            }
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum InitramfsError {
     #[error(
-        "{0} has no /etc/initramfs-tools: a move at boot needs initramfs-tools (dracut systems \
-         are not supported yet)"
+        "{0} has neither /etc/initramfs-tools nor dracut's configuration (/etc/dracut.conf, \
+         /etc/dracut.conf.d): a move at boot needs initramfs-tools or dracut"
     )]
     NoGenerator(PathBuf),
     #[error("{0} has no kernel (boot/vmlinuz-*) to build an initramfs for")]
     NoKernel(PathBuf),
+    #[error(
+        "{0} has no initramfs of kernel {1} (boot/initramfs-{1}.img, initrd.img-{1} or initrd-{1})"
+    )]
+    NoImage(PathBuf, String),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("`{command}` failed ({status})")]
@@ -39,13 +63,20 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> InitramfsError + '_ {
     move |source| InitramfsError::Io { path: path.to_path_buf(), source }
 }
 
-/// The generator of the system rooted at `sysroot`.
+/// The generator of the system rooted at `sysroot`. Debian lets dracut-core
+/// sit beside initramfs-tools without building anything at kernel installs:
+/// there dracut is the generator only once its kernel hook is installed.
 pub fn detect(sysroot: &Path) -> Result<Generator, InitramfsError> {
-    let conf = sysroot.join("etc/initramfs-tools");
-    if conf.is_dir() {
-        return Ok(Generator::InitramfsTools);
+    let has = |p: &str| sysroot.join(p).exists();
+    let tools = sysroot.join("etc/initramfs-tools").is_dir();
+    let dracut = has("etc/dracut.conf") || sysroot.join("etc/dracut.conf.d").is_dir();
+    let dracut_hook =
+        has("etc/kernel/postinst.d/dracut") || has("usr/lib/kernel/install.d/50-dracut.install");
+    match (tools, dracut) {
+        (_, true) if dracut_hook || !tools => Ok(Generator::Dracut),
+        (true, _) => Ok(Generator::InitramfsTools),
+        _ => Err(InitramfsError::NoGenerator(sysroot.to_path_buf())),
     }
-    Err(InitramfsError::NoGenerator(sysroot.to_path_buf()))
 }
 
 /// The kernel that boots next: the newest in /boot, as GRUB's default
@@ -76,90 +107,215 @@ pub struct Hook<'a> {
     pub modules: &'a [&'a str],
 }
 
-/// The hook file and the boot script under `sysroot`'s configuration.
-fn files(sysroot: &Path) -> [PathBuf; 2] {
-    let conf = sysroot.join("etc/initramfs-tools");
-    [conf.join("hooks").join(NAME), conf.join("scripts/init-premount").join(NAME)]
+/// The files of the hook under `sysroot`.
+fn files(sysroot: &Path, generator: Generator) -> Vec<PathBuf> {
+    match generator {
+        Generator::InitramfsTools => {
+            let conf = sysroot.join("etc/initramfs-tools");
+            vec![conf.join("hooks").join(NAME), conf.join("scripts/init-premount").join(NAME)]
+        }
+        Generator::Dracut => {
+            let module = dracut_module(sysroot);
+            vec![
+                module.join("module-setup.sh"),
+                module.join(format!("{NAME}.sh")),
+                sysroot.join(format!("etc/dracut.conf.d/90-{NAME}.conf")),
+            ]
+        }
+    }
+}
+
+fn dracut_module(sysroot: &Path) -> PathBuf {
+    let modules = DRACUT_MODULES.trim_start_matches('/');
+    sysroot.join(modules).join("modules.d").join(format!("90{NAME}"))
 }
 
 /// Install the hook (copies blkalign and the plan into the image) and the
-/// boot script. init-premount runs after udev has found the disks and
-/// before local-top assembles LVM, LUKS or md on them.
-pub fn install(sysroot: &Path, hook: &Hook) -> Result<(), InitramfsError> {
-    let [hook_file, script] = files(sysroot);
+/// boot script that runs the move: initramfs-tools' init-premount, after
+/// udev has found the disks and before local-top assembles LVM, LUKS or md
+/// on them. dracut's pre-udev, before udev starts: under dracut's systemd a
+/// partition the move re-adds at its new start must not have been seen
+/// (its device going away fails the root mount waiting on it), and LVM,
+/// LUKS and md are assembled from udev events. There blkalign loads the
+/// drivers itself (`--coldplug`); udev's coldplug then sees the new table.
+pub fn install(sysroot: &Path, generator: Generator, hook: &Hook) -> Result<(), InitramfsError> {
     let modules = hook.modules.join(" ");
-    let copy = format!(
-        "{HEADER}. /usr/share/initramfs-tools/hook-functions\n\
-         copy_exec {} /sbin/blkalign\n\
-         mkdir -p \"$DESTDIR/etc/blkalign\"\n\
-         cp {} \"$DESTDIR/etc/blkalign/at-boot.json\"\n\
-         manual_add_modules {modules}\n",
-        quote(hook.binary),
-        quote(hook.plan)
-    );
-    let run = format!(
-        "{HEADER}. /scripts/functions\n\
-         for m in {modules}; do modprobe -q \"$m\" || true; done\n\
-         /sbin/blkalign realign --at-boot-run /etc/blkalign/at-boot.json\n\
-         case $? in\n\
-         0 | 1) ;;\n\
-         *) panic \"blkalign: the partition move stopped; the commands above finish or undo it\" ;;\n\
-         esac\n"
-    );
-    write_script(&hook_file, &copy)?;
-    write_script(&script, &run)
+    let (binary, plan) = (quote(hook.binary), quote(hook.plan));
+    let run = |more: &str| {
+        format!(
+            "/sbin/blkalign realign --at-boot-run /etc/blkalign/at-boot.json{more}\n\
+             case $? in\n\
+             0 | 1) ;;\n"
+        )
+    };
+    let stopped = "the partition move stopped; the commands above finish or undo it";
+    let texts = match generator {
+        Generator::InitramfsTools => vec![
+            format!(
+                "#!/bin/sh\n{HEADER}{PREREQS}. /usr/share/initramfs-tools/hook-functions\n\
+                 copy_exec {binary} /sbin/blkalign\n\
+                 mkdir -p \"$DESTDIR/etc/blkalign\"\n\
+                 cp {plan} \"$DESTDIR/etc/blkalign/at-boot.json\"\n\
+                 manual_add_modules {modules}\n"
+            ),
+            format!(
+                "#!/bin/sh\n{HEADER}{PREREQS}. /scripts/functions\n\
+                 for m in {modules}; do modprobe -q \"$m\" || true; done\n\
+                 {}*) panic \"blkalign: {stopped}\" ;;\nesac\n",
+                run("")
+            ),
+        ],
+        Generator::Dracut => vec![
+            format!(
+                "#!/bin/bash\n{HEADER}check() {{ return 255; }}\n\
+                 depends() {{ return 0; }}\n\
+                 installkernel() {{ hostonly='' instmods {modules}; }}\n\
+                 install() {{\n    inst_binary {binary} /sbin/blkalign\n    \
+                 inst_simple {plan} /etc/blkalign/at-boot.json\n    \
+                 inst_hook pre-udev 00 \"$moddir/{NAME}.sh\"\n}}\n"
+            ),
+            // Sourced by dracut-pre-udev: no exit. The emergency shell
+            // returns to the boot when the user leaves it.
+            format!(
+                "#!/bin/sh\n{HEADER}for m in {modules}; do modprobe -q \"$m\" || true; done\n\
+                 {}*) emergency_shell -n blkalign \"{stopped}\" ;;\nesac\n",
+                run(" --coldplug")
+            ),
+            format!("{HEADER}add_dracutmodules+=\" {NAME} \"\n"),
+        ],
+    };
+    for (file, text) in files(sysroot, generator).iter().zip(texts) {
+        write_script(file, &text)?;
+    }
+    Ok(())
 }
 
-const HEADER: &str = "#!/bin/sh\n\
-# Installed by `blkalign realign --at-boot`: moves a partition at the next\n\
-# boot; `blkalign realign --at-boot --finish` removes it once done.\n\
-PREREQ=\"\"\n\
+const HEADER: &str = "# Installed by `blkalign realign --at-boot`: moves a partition at the next\n\
+# boot; `blkalign realign --at-boot --finish` removes it once done.\n";
+const PREREQS: &str = "PREREQ=\"\"\n\
 prereqs() { echo \"$PREREQ\"; }\n\
 case \"$1\" in prereqs) prereqs; exit 0 ;; esac\n";
 
-/// Remove the hook and the boot script; true if there were any.
+/// Remove the hook, whichever generator's; true if there was any.
 pub fn remove(sysroot: &Path) -> Result<bool, InitramfsError> {
     let mut any = false;
-    for file in files(sysroot) {
-        match fs::remove_file(&file) {
-            Ok(()) => any = true,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io(&file)(e)),
+    for generator in [Generator::InitramfsTools, Generator::Dracut] {
+        for file in files(sysroot, generator) {
+            match fs::remove_file(&file) {
+                Ok(()) => any = true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&file)(e)),
+            }
         }
     }
-    Ok(any)
-}
-
-/// Whether the hook is installed.
-pub fn installed(sysroot: &Path) -> bool {
-    files(sysroot).iter().any(|f| f.exists())
-}
-
-/// Rebuild the initramfs of `kernel`: `update-initramfs -u -k` on the
-/// running system; for another root, the same generator on that root's
-/// configuration (`mkinitramfs -d`), written to its /boot. Either way the
-/// old image is replaced only by a whole new one, as update-initramfs
-/// does (a new file, synced, renamed over it): a power cut mid-build must
-/// leave a bootable image.
-pub fn rebuild(sysroot: &Path, kernel: &str) -> Result<String, InitramfsError> {
-    if sysroot == Path::new("/") {
-        let mut c = Command::new("update-initramfs");
-        c.args(["-u", "-k", kernel]);
-        return run(c);
+    let module = dracut_module(sysroot);
+    match fs::remove_dir(&module) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io(&module)(e)),
+        _ => Ok(any),
     }
-    let image = sysroot.join("boot").join(format!("initrd.img-{kernel}"));
-    let new = sysroot.join("boot").join(format!("initrd.img-{kernel}.new"));
-    let mut c = Command::new("mkinitramfs");
-    c.arg("-d").arg(sysroot.join("etc/initramfs-tools"));
-    c.arg("-o").arg(&new);
-    c.arg(kernel);
-    let command = run(c).inspect_err(|_| {
+}
+
+/// Whether the hook is installed, whichever generator's.
+pub fn installed(sysroot: &Path) -> bool {
+    [Generator::InitramfsTools, Generator::Dracut]
+        .into_iter()
+        .any(|g| files(sysroot, g).iter().any(|f| f.exists()))
+}
+
+/// Rebuild the initramfs of `kernel`. The running system's: with
+/// `update-initramfs -u -k`, or dracut with the system's configuration.
+/// Another root's: the same generator on that root's configuration (and,
+/// for dracut, its modules beside the host's), written to its /boot. The
+/// old image is replaced only by a whole new one (a new file, synced,
+/// renamed over it), as update-initramfs does and dracut does not: a power
+/// cut mid-build must leave a bootable image.
+pub fn rebuild(
+    sysroot: &Path,
+    generator: Generator,
+    kernel: &str,
+) -> Result<String, InitramfsError> {
+    let host = sysroot == Path::new("/");
+    match generator {
+        Generator::InitramfsTools if host => {
+            let mut c = Command::new("update-initramfs");
+            c.args(["-u", "-k", kernel]);
+            run(c)
+        }
+        Generator::InitramfsTools => {
+            let image = sysroot.join("boot").join(format!("initrd.img-{kernel}"));
+            replace(&image, |new| {
+                let mut c = Command::new("mkinitramfs");
+                c.arg("-d").arg(sysroot.join("etc/initramfs-tools"));
+                c.arg("-o").arg(new).arg(kernel);
+                c
+            })
+        }
+        Generator::Dracut => {
+            let image = dracut_image(sysroot, kernel)?;
+            let modules = Path::new(DRACUT_MODULES);
+            let base = if host { None } else { Some(module_base(sysroot, modules)?) };
+            replace(&image, |new| {
+                let mut c = Command::new("dracut");
+                c.args(["--force", "--quiet"]);
+                if let Some(base) = &base {
+                    c.env("dracutbasedir", base.path());
+                    c.arg("--conf").arg(sysroot.join("etc/dracut.conf"));
+                    c.arg("--confdir").arg(sysroot.join("etc/dracut.conf.d"));
+                }
+                c.arg(new).arg(kernel);
+                c
+            })
+        }
+    }
+}
+
+/// Build `image` anew with the command `build` gives for the new file's
+/// path, then put it in place.
+fn replace(image: &Path, build: impl FnOnce(&Path) -> Command) -> Result<String, InitramfsError> {
+    let mut name = image.file_name().unwrap_or_default().to_os_string();
+    name.push(".new");
+    let new = image.with_file_name(name);
+    let command = run(build(&new)).inspect_err(|_| {
         let _ = fs::remove_file(&new);
     })?;
     fs::File::open(&new).and_then(|f| f.sync_all()).map_err(io(&new))?;
-    fs::rename(&new, &image).map_err(io(&image))?;
-    crate::device::exclusive::sync_parent(&image).map_err(io(&image))?;
+    fs::rename(&new, image).map_err(io(image))?;
+    crate::device::exclusive::sync_parent(image).map_err(io(image))?;
     Ok(command)
+}
+
+/// The image dracut built for `kernel`, by the names distributions give
+/// it: Fedora and RHEL, Debian, SUSE.
+fn dracut_image(sysroot: &Path, kernel: &str) -> Result<PathBuf, InitramfsError> {
+    let boot = sysroot.join("boot");
+    [format!("initramfs-{kernel}.img"), format!("initrd.img-{kernel}"), format!("initrd-{kernel}")]
+        .into_iter()
+        .map(|name| boot.join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| InitramfsError::NoImage(sysroot.to_path_buf(), kernel.to_string()))
+}
+
+/// dracut reads its modules from one directory: for another root, a
+/// directory of links to the host's (`host`), with that root's blkalign
+/// module.
+fn module_base(sysroot: &Path, host: &Path) -> Result<tempfile::TempDir, InitramfsError> {
+    let base = tempfile::tempdir().map_err(io(&std::env::temp_dir()))?;
+    let modules = base.path().join("modules.d");
+    fs::create_dir(&modules).map_err(io(&modules))?;
+    let link = |from: &Path, to: &Path| std::os::unix::fs::symlink(from, to).map_err(io(to));
+    let ours = dracut_module(sysroot);
+    if ours.is_dir() {
+        link(&ours, &modules.join(format!("90{NAME}")))?;
+    }
+    for (dir, into) in [(host.to_path_buf(), base.path()), (host.join("modules.d"), &*modules)] {
+        for entry in fs::read_dir(&dir).map_err(io(&dir))?.flatten() {
+            let to = into.join(entry.file_name());
+            if entry.file_name() != "modules.d" && fs::symlink_metadata(&to).is_err() {
+                link(&entry.path(), &to)?;
+            }
+        }
+    }
+    Ok(base)
 }
 
 /// Run a tool: the command as run, or its exit status and message.
@@ -208,28 +364,88 @@ mod tests {
         assert!(matches!(next_kernel(dir.path()), Err(InitramfsError::NoKernel(_))));
     }
 
+    fn hook() -> Hook<'static> {
+        Hook {
+            binary: Path::new("/usr/sbin/blk'align"),
+            plan: Path::new("/var/lib/blkalign/at-boot.json"),
+            modules: &["ext4"],
+        }
+    }
+
     #[test]
     fn the_hook_goes_in_and_out_and_sh_reads_it() {
         let dir = tempfile::tempdir().unwrap();
         assert!(matches!(detect(dir.path()), Err(InitramfsError::NoGenerator(_))));
         fs::create_dir_all(dir.path().join("etc/initramfs-tools")).unwrap();
         assert_eq!(detect(dir.path()).unwrap(), Generator::InitramfsTools);
-        let hook = Hook {
-            binary: Path::new("/usr/sbin/blk'align"),
-            plan: Path::new("/var/lib/blkalign/at-boot.json"),
-            modules: &["ext4"],
-        };
-        install(dir.path(), &hook).unwrap();
+        install(dir.path(), Generator::InitramfsTools, &hook()).unwrap();
         assert!(installed(dir.path()));
-        for file in files(dir.path()) {
+        for file in files(dir.path(), Generator::InitramfsTools) {
             let ok = Command::new("sh").arg("-n").arg(&file).status().unwrap().success();
             assert!(ok, "{}", fs::read_to_string(&file).unwrap());
             let out = Command::new("sh").arg(&file).arg("prereqs").output().unwrap();
             assert!(out.status.success() && out.stdout == b"\n", "{out:?}");
         }
-        let text = fs::read_to_string(&files(dir.path())[0]).unwrap();
+        let text = fs::read_to_string(&files(dir.path(), Generator::InitramfsTools)[0]).unwrap();
         assert!(text.contains(r"copy_exec '/usr/sbin/blk'\''align' /sbin/blkalign"), "{text}");
         assert!(remove(dir.path()).unwrap());
         assert!(!installed(dir.path()) && !remove(dir.path()).unwrap());
+    }
+
+    #[test]
+    fn dracut_is_the_generator_where_it_builds_the_images() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir_all(root.join("etc/dracut.conf.d")).unwrap();
+        assert_eq!(detect(root).unwrap(), Generator::Dracut, "Fedora: dracut alone");
+        fs::create_dir_all(root.join("etc/initramfs-tools")).unwrap();
+        assert_eq!(detect(root).unwrap(), Generator::InitramfsTools, "Debian with dracut-core");
+        fs::create_dir_all(root.join("etc/kernel/postinst.d")).unwrap();
+        fs::write(root.join("etc/kernel/postinst.d/dracut"), "").unwrap();
+        assert_eq!(detect(root).unwrap(), Generator::Dracut, "Debian's dracut package");
+    }
+
+    #[test]
+    fn the_dracut_module_goes_in_and_out_and_its_shells_read_it() {
+        let dir = tempfile::tempdir().unwrap();
+        install(dir.path(), Generator::Dracut, &hook()).unwrap();
+        assert!(installed(dir.path()));
+        let [setup, script, conf] =
+            <[PathBuf; 3]>::try_from(files(dir.path(), Generator::Dracut)).unwrap();
+        for (shell, file) in [("bash", &setup), ("sh", &script), ("bash", &conf)] {
+            let ok = Command::new(shell).arg("-n").arg(file).status().unwrap().success();
+            assert!(ok, "{}", fs::read_to_string(file).unwrap());
+        }
+        let text = fs::read_to_string(&setup).unwrap();
+        assert!(text.contains(r"inst_binary '/usr/sbin/blk'\''align' /sbin/blkalign"), "{text}");
+        assert!(text.contains("inst_hook pre-udev 00"), "{text}");
+        let run = fs::read_to_string(&script).unwrap();
+        assert!(run.contains("at-boot.json --coldplug\n"), "{run}");
+        let conf_text = fs::read_to_string(&conf).unwrap();
+        assert!(conf_text.contains("add_dracutmodules+=\" blkalign-at-boot \""), "{conf_text}");
+        let host = tempfile::tempdir().unwrap();
+        fs::create_dir_all(host.path().join("modules.d/99base")).unwrap();
+        fs::write(host.path().join("dracut-init.sh"), "").unwrap();
+        let base = module_base(dir.path(), host.path()).unwrap();
+        assert!(base.path().join("modules.d/99base").is_dir());
+        assert!(base.path().join("dracut-init.sh").is_file());
+        let linked = base.path().join("modules.d/90blkalign-at-boot/module-setup.sh");
+        assert_eq!(fs::read_to_string(linked).unwrap(), text);
+        assert!(remove(dir.path()).unwrap());
+        assert!(!installed(dir.path()) && !dracut_module(dir.path()).exists());
+    }
+
+    #[test]
+    fn dracut_images_are_found_by_each_distribution_s_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let boot = dir.path().join("boot");
+        fs::create_dir(&boot).unwrap();
+        let v = "6.1.0-56-amd64";
+        assert!(matches!(dracut_image(dir.path(), v), Err(InitramfsError::NoImage(..))));
+        for name in [format!("initrd-{v}"), format!("initrd.img-{v}"), format!("initramfs-{v}.img")]
+        {
+            fs::write(boot.join(&name), "").unwrap();
+            assert_eq!(dracut_image(dir.path(), v).unwrap(), boot.join(&name));
+        }
     }
 }

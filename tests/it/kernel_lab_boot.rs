@@ -6,6 +6,9 @@
 //! QEMU is killed mid-way (power cuts at points drawn from a seed, printed;
 //! `BLKALIGN_BOOT_CUTS=all`, as scripts/boot-powercuts sets it, cuts at
 //! every point); a swapped disk and a changed table are refused and boot on.
+//! The same move from dracut's initramfs (systemd inside), through a cut;
+//! and of an LVM PV holding the root, its volume group active when the
+//! move begins.
 
 use crate::common;
 
@@ -19,6 +22,8 @@ tests![
     long(
         a_root_at_lba_63_is_moved_at_boot_through_power_cuts = 320,
         a_separate_boot_at_lba_63_and_the_root_both_move_at_boot = 80,
+        a_root_at_lba_63_is_moved_at_boot_by_dracut_through_a_power_cut = 160,
+        a_root_on_lvm_at_an_odd_lba_is_moved_at_boot = 100,
     ),
 ];
 
@@ -52,10 +57,13 @@ struct Disk {
 }
 
 impl Disk {
-    fn build(layout: &str) -> Disk {
+    /// `bootdisk.sh build` of `layout`, with its `more` options.
+    fn build(layout: &str, more: &[&str]) -> Disk {
         let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
         let img = dir.path().join(format!("{layout}.img"));
-        let out = bootdisk(&["build", img.to_str().unwrap(), "--layout", layout]);
+        let mut args = vec!["build", img.to_str().unwrap(), "--layout", layout];
+        args.extend(more);
+        let out = bootdisk(&args);
         assert!(out.status.success(), "{}", text(&out));
         let keys = String::from_utf8_lossy(&out.stdout)
             .lines()
@@ -97,6 +105,17 @@ impl Disk {
         out
     }
 
+    /// Whether the image's initramfs (lsinitrd) lists a path ending so.
+    fn initramfs_lists(&self, path: &str) -> bool {
+        let ver = self.keys["KERNEL_VER"].clone();
+        self.with_installed(|root, _| {
+            let image = root.join(format!("boot/initrd.img-{ver}"));
+            let out = Command::new("lsinitrd").arg(&image).output().expect("lsinitrd");
+            assert!(out.status.success(), "{}", text(&out));
+            String::from_utf8_lossy(&out.stdout).lines().any(|l| l.ends_with(path))
+        })
+    }
+
     fn starts(&self) -> Vec<u64> {
         common::sfdisk_json(self.img.to_str().unwrap()).1.iter().map(|p| p.1).collect()
     }
@@ -114,16 +133,13 @@ impl Disk {
         assert!(out.status.success() && text(&out).contains("scheduled:"), "{}", text(&out));
     }
 
-    /// The peers on the image after the moves: e2fsck on every ext4,
-    /// sfdisk --verify, and blkalign's audit clean.
+    /// The peers on the image after the moves: e2fsck on every ext4 (the
+    /// LV's too: `bootdisk.sh fsck`), sfdisk --verify, and blkalign's audit
+    /// clean.
     fn check_peers(&self) {
-        let disk = common::Loop::attach(&self.img, 512);
-        disk.add_partitions(self.starts().len() as u32);
-        for n in 1..=self.starts().len() as u32 {
-            run("e2fsck", &["-fn", disk.partition(n).to_str().unwrap()]);
-        }
-        run("sfdisk", &["--verify", disk.str()]);
-        drop(disk);
+        let out = bootdisk(&["fsck", self.img.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out));
+        run("sfdisk", &["--verify", self.img.to_str().unwrap()]);
         let state = tempfile::tempdir().unwrap();
         let audit = common::blkalign()
             .env("BLKALIGN_STATE_DIR", state.path())
@@ -173,7 +189,8 @@ fn boot(img: &Path, log: &Path, cut: Option<&Cut>) -> (i32, String) {
 fn booted(code: i32, console: &str) -> u64 {
     assert_eq!(code, 0, "the guest did not power off by itself:\n{console}");
     assert!(console.contains("BOOTCHECK sums ok"), "{console}");
-    let line = console.lines().find(|l| l.starts_with("BOOTCHECK root="));
+    // systemd's console codes may come first on the line.
+    let line = console.lines().find_map(|l| l.find("BOOTCHECK root=").map(|at| &l[at..]));
     let start = line.and_then(|l| l.split("start=").nth(1)?.trim().parse().ok());
     start.unwrap_or_else(|| panic!("no BOOTCHECK start= line:\n{console}"))
 }
@@ -260,7 +277,7 @@ fn a_root_at_lba_63_is_moved_at_boot_through_power_cuts() {
         // The sweep: each point on a disk of its own.
         for (i, cut) in cuts.iter().enumerate() {
             eprintln!("point {} of {}", i + 1, cuts.len());
-            let disk = Disk::build("plain");
+            let disk = Disk::build("plain", &[]);
             disk.schedule(&["1"]);
             boot_through(&disk, std::slice::from_ref(cut));
             disk.check_peers();
@@ -272,7 +289,7 @@ fn a_root_at_lba_63_is_moved_at_boot_through_power_cuts() {
         );
         return;
     }
-    let disk = Disk::build("plain");
+    let disk = Disk::build("plain", &[]);
     assert_eq!(disk.key("ROOT_START"), 63);
     disk.schedule(&["1"]);
     // Two disks the plan must not touch: one another size (a disk swapped
@@ -315,7 +332,7 @@ fn a_separate_boot_at_lba_63_and_the_root_both_move_at_boot() {
     if !ready() {
         return;
     }
-    let disk = Disk::build("bootpart");
+    let disk = Disk::build("bootpart", &[]);
     let before = disk.starts();
     assert_eq!(before[0], 63);
     assert_ne!(before[1] % 8, 0, "the root starts misaligned");
@@ -332,4 +349,62 @@ fn a_separate_boot_at_lba_63_and_the_root_both_move_at_boot() {
     assert_eq!(finish.status.code(), Some(0), "{}", text(&finish));
     let (code, console) = boot(&disk.img, &disk.log("again"), None);
     assert_eq!(booted(code, &console), after[1]);
+}
+
+/// dracut (Fedora, RHEL, SUSE; dracut-core beside initramfs-tools on
+/// Debian) builds the initramfs: systemd inside, the move from the pre-udev
+/// hook, through one power cut drawn as above; --finish's rebuild boots.
+fn a_root_at_lba_63_is_moved_at_boot_by_dracut_through_a_power_cut() {
+    if !ready() || !needs(true, &["dracut", "lsinitrd"]) {
+        return;
+    }
+    // A size of its own: loop devices have no serial, and --finish must not
+    // find the plain test's disk, attached at the same time, to be this one.
+    let disk = Disk::build("plain", &["--generator", "dracut", "--size", "336"]);
+    let hook = "hooks/pre-udev/00-blkalign-at-boot.sh";
+    assert!(!disk.initramfs_lists(hook));
+    disk.schedule(&["1"]);
+    assert!(disk.initramfs_lists(hook), "dracut built the hook in");
+    boot_through(&disk, &chosen_cuts()[..1]);
+    disk.check_peers();
+    let status = disk.as_installed(&[]);
+    assert!(text(&status).contains("from LBA 63 to 2048: done"), "{}", text(&status));
+    let finish = disk.as_installed(&["--finish"]);
+    assert_eq!(finish.status.code(), Some(0), "{}", text(&finish));
+    assert!(!disk.initramfs_lists(hook), "--finish took the hook out");
+    let (code, console) = boot(&disk.img, &disk.log("finished"), None);
+    assert_eq!(booted(code, &console), 2048);
+    assert!(!console.contains("blkalign:"), "the hook is gone:\n{console}");
+}
+
+/// Root on LVM: the PV at an odd LBA after an aligned /boot, root=
+/// /dev/mapper/blkvg-root. udev's LVM rules activate the volume group in
+/// the initramfs before the hook runs; the move releases it, moves the PV
+/// and activates it again, and the initramfs mounts the LV from its new
+/// place. Then --finish, and GRUB boots it again.
+fn a_root_on_lvm_at_an_odd_lba_is_moved_at_boot() {
+    if !ready() || !needs(true, &["pvcreate", "lvcreate"]) {
+        return;
+    }
+    // A size of its own, as above: moved, its table is bootpart's moved.
+    let disk = Disk::build("lvm", &["--size", "352"]);
+    let before = disk.starts();
+    assert_ne!(before[1] % 8, 0, "the PV starts misaligned");
+    disk.schedule(&["2"]);
+    let (code, console) = boot(&disk.img, &disk.log("boot"), None);
+    say(&console);
+    let root = booted(code, &console);
+    assert!(console.contains("BOOTCHECK root=/dev/mapper/blkvg-root"), "{console}");
+    assert!(console.contains("done; booting on"), "moved in the initramfs:\n{console}");
+    assert!(console.contains("let go of blkvg-root"), "the group was active:\n{console}");
+    let after = disk.starts();
+    assert_eq!(root, after[1], "the LV mounted from the PV's new start");
+    assert_eq!(after[1] % 2048, 0, "{after:?}");
+    assert_eq!([after[0], after[2]], [before[0], before[2]], "/boot and the journal stay");
+    disk.check_peers();
+    let finish = disk.as_installed(&["--finish"]);
+    assert_eq!(finish.status.code(), Some(0), "{}", text(&finish));
+    let (code, console) = boot(&disk.img, &disk.log("again"), None);
+    assert_eq!(booted(code, &console), after[1]);
+    assert!(!console.contains("blkalign:"), "the hook is gone:\n{console}");
 }

@@ -99,9 +99,9 @@ pub struct Args {
 
     /// Move at the next boot, from the initramfs: for partitions the
     /// running system holds (its root). Prints what the boot will do; with
-    /// --yes records the plan, installs an initramfs-tools hook and
-    /// rebuilds the initramfs. Alone (no disk): where the scheduled or last
-    /// such move stands.
+    /// --yes records the plan, installs a hook for the system's initramfs
+    /// generator (initramfs-tools or dracut) and rebuilds the initramfs.
+    /// Alone (no disk): where the scheduled or last such move stands.
     #[arg(long, conflicts_with_all = ["undo", "rescue", "clean", "status", "json", "journal"])]
     pub(super) at_boot: bool,
 
@@ -133,6 +133,11 @@ pub struct Args {
     /// What the initramfs runs: the move recorded in PLAN.
     #[arg(long, value_name = "PLAN", hide = true, conflicts_with_all = ["target", "at_boot", "status", "clean", "to"])]
     pub(super) at_boot_run: Option<PathBuf>,
+
+    /// With --at-boot-run, before udev runs: load the drivers of the
+    /// devices found (their modalias) while waiting for the disks.
+    #[arg(long, hide = true, requires = "at_boot_run")]
+    pub(super) coldplug: bool,
 
     #[command(flatten)]
     pub(super) geometry: GeometryArgs,

@@ -73,6 +73,7 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
     for p in planned.iter_mut().filter(|p| p.journal.is_some()) {
         p.journal = Some(BootPlan::journal(&sysroot.join(point).join(boot::DIR), p.partition));
     }
+    let generator = initramfs::detect(&sysroot)?;
     emit(&planned.iter().map(|m| m.describe(path)).collect::<String>())?;
     if planned.iter().any(|m| m.refused.is_some()) {
         eprintln!("refused: nothing scheduled");
@@ -100,7 +101,6 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
         true => Some(grub_for_the_move(path, &sysroot)?),
         false => None,
     };
-    let generator = initramfs::detect(&sysroot)?;
     let kernel = match &args.kernel {
         Some(k) => k.clone(),
         None => initramfs::next_kernel(&sysroot)?,
@@ -124,12 +124,12 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
     let gpt = layout.label == blkalign::table::Label::Gpt;
     let dir = journal_dir(&sysroot, &plan);
     eprintln!(
-        "at the next boot of kernel {}, initramfs-tools' init-premount (after udev has found the \
-         disks, before LVM, LUKS or md are assembled) moves {}, journaled in {} ({} {}, UUID {}). \
+        "at the next boot of kernel {}, {} moves {}, journaled in {} ({} {}, UUID {}). \
          It refuses, writing nothing and booting on, if the disk is not this one (size, serial, \
          WWN) or its table changed; an I/O error stops the boot in the initramfs shell with the \
          commands that finish or undo the move",
         plan.kernel,
+        plan.generator.hook_point(),
         describe_moves(&plan.moves),
         dir.display(),
         plan.journal.fstype,
@@ -225,8 +225,9 @@ impl Setup<'_> {
     fn install(&self, binary: &Path, cmdline: Option<&str>, gpt: bool) -> anyhow::Result<String> {
         let modules = [boot::fs_module(&self.plan.journal.fstype)];
         let hook = Hook { binary, plan: self.plan_path, modules: &modules };
-        initramfs::install(self.sysroot, &hook)?;
-        let command = initramfs::rebuild(self.sysroot, &self.plan.kernel)?;
+        let generator = self.plan.generator;
+        initramfs::install(self.sysroot, generator, &hook)?;
+        let command = initramfs::rebuild(self.sysroot, generator, &self.plan.kernel)?;
         if let Some(cmdline) = cmdline {
             let grub = blkalign::realign::grub::redirect(&blkalign::realign::grub::Redirect {
                 sysroot: self.sysroot,
@@ -261,7 +262,7 @@ fn take_out(
     dir: &Path,
 ) -> anyhow::Result<String> {
     initramfs::remove(sysroot)?;
-    let command = initramfs::rebuild(sysroot, &plan.kernel)?;
+    let command = initramfs::rebuild(sysroot, plan.generator, &plan.kernel)?;
     if let (true, Some(disk)) = (plan.grub_redirect, disk) {
         let grub = blkalign::realign::grub::restore(sysroot, disk, dir, &plan.kernel)?;
         eprintln!("installed GRUB back to /boot: {grub}");
@@ -523,7 +524,8 @@ pub fn run_in_initramfs(plan_path: &Path, args: &Args, root: SysRoot) -> anyhow:
     };
     eprintln!("blkalign: the move at boot of {}", describe_moves(&plan.moves));
     let mount = Path::new(MOUNT);
-    if let Err(why) = mount_journal(&root, &plan, mount) {
+    let mut drivers = args.coldplug.then(|| Coldplug::new(&root));
+    if let Err(why) = mount_journal(&root, &plan, mount, &mut drivers) {
         eprintln!("blkalign: refused, nothing written: {why:#}; booting on the old layout");
         return Ok(EXIT_PROBLEM);
     }
@@ -558,7 +560,7 @@ pub fn run_in_initramfs(plan_path: &Path, args: &Args, root: SysRoot) -> anyhow:
             eprintln!("blkalign: warning: the result was not recorded: {e}");
         }
     };
-    wait_for(|| (boot::find_disks(&root, &plan).len() == 1).then_some(()));
+    wait_for(&mut drivers, || (boot::find_disks(&root, &plan).len() == 1).then_some(()));
     match boot::run(&root, &plan, &dir, action, &mut Console::default()) {
         Ok(Ran::Done) => {
             record(BootState::Done, None);
@@ -599,13 +601,19 @@ pub fn run_in_initramfs(plan_path: &Path, args: &Args, root: SysRoot) -> anyhow:
 
 /// The journal's file system on `mount`, found by its UUID, unless a run
 /// stopped earlier left it there (a rerun from the shell).
-fn mount_journal(root: &SysRoot, plan: &BootPlan, mount: &Path) -> anyhow::Result<()> {
+fn mount_journal(
+    root: &SysRoot,
+    plan: &BootPlan,
+    mount: &Path,
+    drivers: &mut Option<Coldplug>,
+) -> anyhow::Result<()> {
     if blkalign::device::exclusive::mount_table().iter().any(|m| m.point == mount) {
         return Ok(());
     }
-    let device = wait_for(|| boot::find_fs(root, &plan.journal.uuid)).with_context(|| {
-        format!("the journal's file system (UUID {}) was not found", plan.journal.uuid)
-    })?;
+    let device =
+        wait_for(drivers, || boot::find_fs(root, &plan.journal.uuid)).with_context(|| {
+            format!("the journal's file system (UUID {}) was not found", plan.journal.uuid)
+        })?;
     fs::create_dir_all(mount)?;
     let flags = rustix::mount::MountFlags::empty();
     rustix::mount::mount(&device, mount, plan.journal.fstype.as_str(), flags, None)
@@ -621,12 +629,16 @@ fn unmount(mount: &Path, code: u8) -> anyhow::Result<u8> {
 
 /// Poll for as long as initramfs-tools waits for the root device, 30 s or
 /// the kernel's `rootdelay=` if longer: a disk behind a slow controller or
-/// USB may appear after udev settled.
-fn wait_for<T>(mut find: impl FnMut() -> Option<T>) -> Option<T> {
+/// USB may appear after udev settled. Before udev, `drivers` loads the
+/// drivers of the devices that appeared since the last poll.
+fn wait_for<T>(drivers: &mut Option<Coldplug>, mut find: impl FnMut() -> Option<T>) -> Option<T> {
     let start = Instant::now();
     let cmdline = fs::read_to_string("/proc/cmdline").unwrap_or_default();
     let bound = rootdelay(&cmdline).unwrap_or_default().max(Duration::from_secs(30));
     loop {
+        if let Some(coldplug) = drivers.as_mut() {
+            coldplug.load();
+        }
         if let Some(found) = find() {
             return Some(found);
         }
@@ -646,6 +658,47 @@ fn rootdelay(cmdline: &str) -> Option<Duration> {
         return None;
     }
     Duration::try_from_secs_f64(value.parse().ok()?).ok()
+}
+
+/// What udev's coldplug does for drivers, before udev runs: dracut's
+/// systemd would otherwise see the partitions, and a root partition that
+/// goes away under its waiting mount (the move re-adds it at its new start)
+/// fails the boot. Each device's modalias is given once to `modprobe -b`.
+struct Coldplug {
+    devices: PathBuf,
+    seen: std::collections::HashSet<String>,
+}
+
+impl Coldplug {
+    fn new(root: &SysRoot) -> Coldplug {
+        Coldplug { devices: root.sys.join("devices"), seen: Default::default() }
+    }
+
+    fn load(&mut self) {
+        let mut found = Vec::new();
+        modaliases(&self.devices, &mut found);
+        let new: Vec<String> = found.into_iter().filter(|a| self.seen.insert(a.clone())).collect();
+        if !new.is_empty() {
+            // Aliases no module claims are the common case, not an error.
+            let _ =
+                std::process::Command::new("modprobe").args(["-q", "-b", "-a"]).args(&new).status();
+        }
+    }
+}
+
+/// Every modalias under `dir`, its links not followed.
+fn modaliases(dir: &Path, found: &mut Vec<String>) {
+    for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => modaliases(&entry.path(), found),
+            Ok(t) if t.is_file() && entry.file_name() == "modalias" => {
+                if let Ok(alias) = fs::read_to_string(entry.path()) {
+                    found.extend(Some(alias.trim().to_string()).filter(|a| !a.is_empty()));
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Progress for the console: a line every tenth, no terminal tricks; the
@@ -712,8 +765,22 @@ pub fn check_not_scheduled(session: &Session, args: &Args) -> anyhow::Result<()>
 
 #[cfg(test)]
 mod tests {
-    use super::rootdelay;
+    use super::{modaliases, rootdelay};
+    use std::fs;
     use std::time::Duration;
+
+    #[test]
+    fn modaliases_are_read_from_the_device_tree_its_links_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ahci = dir.path().join("pci0000:00/0000:00:1f.2");
+        fs::create_dir_all(ahci.join("ata1/host0")).unwrap();
+        fs::write(ahci.join("modalias"), "pci:v00008086d00002922sv\n").unwrap();
+        fs::write(ahci.join("ata1/host0/modalias"), "\n").unwrap();
+        std::os::unix::fs::symlink(&ahci, dir.path().join("pci0000:00/link")).unwrap();
+        let mut found = Vec::new();
+        modaliases(dir.path(), &mut found);
+        assert_eq!(found, ["pci:v00008086d00002922sv"]);
+    }
 
     #[test]
     fn rootdelay_is_the_last_given_and_a_number() {
