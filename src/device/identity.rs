@@ -40,10 +40,15 @@ pub(crate) fn serial(root: &SysRoot, dir: &Path) -> Option<String> {
         .iter()
         .find_map(|key| property(key))
         .map(|(_, v)| v.trim().to_string())
-        .or_else(|| read_text(&dir.join("serial")))
-        .or_else(|| read_text(&dir.join("device/serial")))
-        .or_else(|| {
-            let page = std::fs::read(dir.join("device/vpd_pg80")).ok()?;
-            parse_unit_serial(&page).ok().flatten()
-        })
+        .or_else(|| kernel_serial(dir))
+}
+
+/// The serial the kernel itself reports for the disk at `dir`, as the disk
+/// is seen before udev runs: it may differ from udev's (usb_id reads the
+/// USB descriptor, a bridge may answer another in its VPD page).
+pub(crate) fn kernel_serial(dir: &Path) -> Option<String> {
+    read_text(&dir.join("serial")).or_else(|| read_text(&dir.join("device/serial"))).or_else(|| {
+        let page = std::fs::read(dir.join("device/vpd_pg80")).ok()?;
+        parse_unit_serial(&page).ok().flatten()
+    })
 }

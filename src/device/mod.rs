@@ -223,6 +223,7 @@ mod topology;
 pub mod vmimage;
 
 pub use error::DeviceError;
+pub(crate) use identity::kernel_serial;
 pub use identity::{identity, Identity};
 pub use stack::held;
 pub(crate) use stack::{is_held, origins, Origin};

@@ -41,6 +41,10 @@ pub struct BootPlan {
     /// it by [`BootPlan::identity`].
     pub disk: PathBuf,
     pub identity: Identity,
+    /// The serial the kernel reports without udev, where it differs from
+    /// the identity's: dracut's hook finds the disk before udev runs.
+    #[serde(default)]
+    pub kernel_serial: Option<String>,
     /// Every partition as the table held it when the move was scheduled.
     pub table: Vec<Slot>,
     pub moves: Vec<Shift>,
@@ -367,7 +371,6 @@ fn run_quietly(program: &str, args: &[&str]) {
 /// that did). Where several are (disks without a serial: loop devices,
 /// virtual disks), those whose table is the one scheduled or already moved.
 pub fn find_disks(root: &SysRoot, plan: &BootPlan) -> Vec<PathBuf> {
-    let id = &plan.identity;
     let names = fs::read_dir(root.sys.join("block")).into_iter().flatten().flatten();
     let mut found = Vec::new();
     for name in names.map(|e| e.file_name().to_string_lossy().into_owned()) {
@@ -376,11 +379,7 @@ pub fn find_disks(root: &SysRoot, plan: &BootPlan) -> Vec<PathBuf> {
             continue;
         };
         let here = device::identity(root, &opened.target, &opened.topology);
-        let known = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
-        if here.size_bytes == id.size_bytes
-            && known(&id.serial, &here.serial)
-            && known(&id.wwid, &here.wwid)
-        {
+        if plan.is_the_disk(&here) {
             let ss = opened.topology.logical_sector_size.value;
             let planned = table::read(&opened.file, ss, here.size_bytes)
                 .is_ok_and(|layout| plan.table_changed(&layout).is_none());
@@ -521,6 +520,26 @@ pub fn fs_module(fstype: &str) -> &'static str {
     JOURNAL_FS.iter().find(|(fs, _)| *fs == fstype).map_or("ext4", |(_, m)| m)
 }
 
+impl BootPlan {
+    /// `here` is the disk scheduled: its size, and its serial and WWN where
+    /// the plan knows them (a disk that does not say is not the one that
+    /// did); the serial as udev gave it or as the kernel does without udev.
+    fn is_the_disk(&self, here: &Identity) -> bool {
+        let id = &self.identity;
+        let known = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        let kernel_says = self.kernel_serial.is_some() && self.kernel_serial == here.serial;
+        here.size_bytes == id.size_bytes
+            && (known(&id.serial, &here.serial) || kernel_says)
+            && known(&id.wwid, &here.wwid)
+    }
+}
+
+/// The serial the kernel reports for `disk` without udev, where it is
+/// not `identity`'s (for [`BootPlan::kernel_serial`]).
+pub fn kernel_serial(root: &SysRoot, disk: &str, identity: &Identity) -> Option<String> {
+    device::kernel_serial(&root.block(disk)).filter(|s| identity.serial.as_ref() != Some(s))
+}
+
 /// Seconds since the epoch.
 pub fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
@@ -531,10 +550,28 @@ mod tests {
     use super::*;
     use crate::table::{self, fixtures::mbr_entry};
 
+    #[test]
+    fn the_disk_is_known_by_udev_s_serial_or_the_kernel_s() {
+        let mut p = plan();
+        p.identity.serial = Some("WD-WCAV1234".into());
+        let here = |serial: Option<&str>| Identity {
+            size_bytes: 1 << 30,
+            serial: serial.map(str::to_string),
+            wwid: None,
+        };
+        assert!(p.is_the_disk(&here(Some("WD-WCAV1234"))));
+        assert!(!p.is_the_disk(&here(Some("0123456789AB"))), "a bridge's own serial");
+        assert!(!p.is_the_disk(&here(None)), "a disk that does not say");
+        p.kernel_serial = Some("0123456789AB".into());
+        assert!(p.is_the_disk(&here(Some("0123456789AB"))), "before udev, the kernel's");
+        assert!(!p.is_the_disk(&Identity { size_bytes: 1 << 31, ..here(Some("WD-WCAV1234")) }));
+    }
+
     fn plan() -> BootPlan {
         BootPlan {
             disk: "/dev/sda".into(),
             identity: Identity { size_bytes: 1 << 30, serial: None, wwid: None },
+            kernel_serial: None,
             table: vec![
                 Slot { partition: 1, start: 63, size: 1000 },
                 Slot { partition: 2, start: 4096, size: 2048 },

@@ -65,13 +65,16 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> InitramfsError + '_ {
 
 /// The generator of the system rooted at `sysroot`. Debian lets dracut-core
 /// sit beside initramfs-tools without building anything at kernel installs:
-/// there dracut is the generator only once its kernel hook is installed.
+/// there dracut is the generator only once its kernel hook is installed,
+/// and dracut itself (the hook is a conffile, left behind by a removal).
 pub fn detect(sysroot: &Path) -> Result<Generator, InitramfsError> {
     let has = |p: &str| sysroot.join(p).exists();
     let tools = sysroot.join("etc/initramfs-tools").is_dir();
     let dracut = has("etc/dracut.conf") || sysroot.join("etc/dracut.conf.d").is_dir();
-    let dracut_hook =
-        has("etc/kernel/postinst.d/dracut") || has("usr/lib/kernel/install.d/50-dracut.install");
+    let binary = ["usr/bin/dracut", "usr/sbin/dracut", "bin/dracut", "sbin/dracut"];
+    let dracut_hook = binary.iter().any(|b| has(b))
+        && (has("etc/kernel/postinst.d/dracut")
+            || has("usr/lib/kernel/install.d/50-dracut.install"));
     match (tools, dracut) {
         (_, true) if dracut_hook || !tools => Ok(Generator::Dracut),
         (true, _) => Ok(Generator::InitramfsTools),
@@ -177,7 +180,7 @@ pub fn install(sysroot: &Path, generator: Generator, hook: &Hook) -> Result<(), 
             // Sourced by dracut-pre-udev: no exit. The emergency shell
             // returns to the boot when the user leaves it.
             format!(
-                "#!/bin/sh\n{HEADER}for m in {modules}; do modprobe -q \"$m\" || true; done\n\
+                "#!/bin/sh\n{HEADER}{BLACKLIST}                 for m in {modules}; do modprobe -q \"$m\" || true; done\n\
                  {}*) emergency_shell -n blkalign \"{stopped}\" ;;\nesac\n",
                 run(" --coldplug")
             ),
@@ -192,6 +195,15 @@ pub fn install(sysroot: &Path, generator: Generator, hook: &Hook) -> Result<(), 
 
 const HEADER: &str = "# Installed by `blkalign realign --at-boot`: moves a partition at the next\n\
 # boot; `blkalign realign --at-boot --finish` removes it once done.\n";
+/// dracut applies `rd.driver.blacklist=` (and holds back `rd.driver.post=`)
+/// only after the pre-udev hooks: the drivers blkalign loads (`modprobe
+/// -b`) must honour them already.
+const BLACKLIST: &str = "mkdir -p /etc/modprobe.d\n\
+for _blkalign_arg in $(getargs rd.driver.blacklist -d rdblacklist=) \\\n    \
+$(getargs rd.driver.post -d rdinsmodpost=); do\n    \
+(IFS=,; for _blkalign_p in $_blkalign_arg; do echo \"blacklist $_blkalign_p\"; done)\n\
+done >>/etc/modprobe.d/blkalign-at-boot.conf\n\
+unset _blkalign_arg\n";
 const PREREQS: &str = "PREREQ=\"\"\n\
 prereqs() { echo \"$PREREQ\"; }\n\
 case \"$1\" in prereqs) prereqs; exit 0 ;; esac\n";
@@ -258,8 +270,12 @@ pub fn rebuild(
                 let mut c = Command::new("dracut");
                 c.args(["--force", "--quiet"]);
                 if let Some(base) = &base {
+                    // dracut refuses a --conf that does not exist; the root
+                    // may keep its configuration in dracut.conf.d alone.
+                    let conf = sysroot.join("etc/dracut.conf");
+                    let conf = if conf.exists() { conf } else { PathBuf::from("/dev/null") };
                     c.env("dracutbasedir", base.path());
-                    c.arg("--conf").arg(sysroot.join("etc/dracut.conf"));
+                    c.arg("--conf").arg(conf);
                     c.arg("--confdir").arg(sysroot.join("etc/dracut.conf.d"));
                 }
                 c.arg(new).arg(kernel);
@@ -284,14 +300,30 @@ fn replace(image: &Path, build: impl FnOnce(&Path) -> Command) -> Result<String,
     Ok(command)
 }
 
+/// The image of `kernel` that `generator` rebuilds; for dracut, found
+/// before anything is written (a system without one is refused then).
+pub fn image(
+    sysroot: &Path,
+    generator: Generator,
+    kernel: &str,
+) -> Result<PathBuf, InitramfsError> {
+    match generator {
+        Generator::InitramfsTools => Ok(sysroot.join("boot").join(format!("initrd.img-{kernel}"))),
+        Generator::Dracut => dracut_image(sysroot, kernel),
+    }
+}
+
 /// The image dracut built for `kernel`, by the names distributions give
-/// it: Fedora and RHEL, Debian, SUSE.
+/// it (Fedora and RHEL, Debian, SUSE); of several, the newest: the one the
+/// kernel hook wrote last, not one a former generator left behind.
 fn dracut_image(sysroot: &Path, kernel: &str) -> Result<PathBuf, InitramfsError> {
     let boot = sysroot.join("boot");
     [format!("initramfs-{kernel}.img"), format!("initrd.img-{kernel}"), format!("initrd-{kernel}")]
         .into_iter()
         .map(|name| boot.join(name))
-        .find(|p| p.is_file())
+        .filter_map(|p| Some((fs::metadata(&p).ok().filter(|m| m.is_file())?.modified().ok()?, p)))
+        .max_by_key(|(when, _)| *when)
+        .map(|(_, p)| p)
         .ok_or_else(|| InitramfsError::NoImage(sysroot.to_path_buf(), kernel.to_string()))
 }
 
@@ -306,6 +338,11 @@ fn module_base(sysroot: &Path, host: &Path) -> Result<tempfile::TempDir, Initram
     let ours = dracut_module(sysroot);
     if ours.is_dir() {
         link(&ours, &modules.join(format!("90{NAME}")))?;
+    }
+    // The root's distribution defaults, where it has them, not the host's.
+    let defaults = ours.parent().and_then(Path::parent).map(|d| d.join("dracut.conf.d"));
+    if let Some(defaults) = defaults.filter(|d| d.is_dir()) {
+        link(&defaults, &base.path().join("dracut.conf.d"))?;
     }
     for (dir, into) in [(host.to_path_buf(), base.path()), (host.join("modules.d"), &*modules)] {
         for entry in fs::read_dir(&dir).map_err(io(&dir))?.flatten() {
@@ -402,6 +439,9 @@ mod tests {
         assert_eq!(detect(root).unwrap(), Generator::InitramfsTools, "Debian with dracut-core");
         fs::create_dir_all(root.join("etc/kernel/postinst.d")).unwrap();
         fs::write(root.join("etc/kernel/postinst.d/dracut"), "").unwrap();
+        assert_eq!(detect(root).unwrap(), Generator::InitramfsTools, "its hook left behind");
+        fs::create_dir_all(root.join("usr/bin")).unwrap();
+        fs::write(root.join("usr/bin/dracut"), "").unwrap();
         assert_eq!(detect(root).unwrap(), Generator::Dracut, "Debian's dracut package");
     }
 
@@ -421,6 +461,17 @@ mod tests {
         assert!(text.contains("inst_hook pre-udev 00"), "{text}");
         let run = fs::read_to_string(&script).unwrap();
         assert!(run.contains("at-boot.json --coldplug\n"), "{run}");
+        // The blacklist as dracut-lib's getargs gives it, run by sh.
+        let getargs = "getargs() { case $1 in rd.driver.blacklist) echo nouveau,radeon \
+                       floppy ;; rd.driver.post) echo i915 ;; esac; }";
+        let etc = dir.path().join("etc");
+        let snippet = BLACKLIST.replace("/etc/", &format!("{}/", etc.display()));
+        let ok =
+            Command::new("sh").arg("-c").arg(format!("{getargs}\n{snippet}")).status().unwrap();
+        assert!(ok.success());
+        let listed = fs::read_to_string(etc.join("modprobe.d/blkalign-at-boot.conf")).unwrap();
+        let want = "blacklist nouveau\nblacklist radeon\nblacklist floppy\nblacklist i915\n";
+        assert_eq!(listed, want);
         let conf_text = fs::read_to_string(&conf).unwrap();
         assert!(conf_text.contains("add_dracutmodules+=\" blkalign-at-boot \""), "{conf_text}");
         let host = tempfile::tempdir().unwrap();
@@ -442,10 +493,13 @@ mod tests {
         fs::create_dir(&boot).unwrap();
         let v = "6.1.0-56-amd64";
         assert!(matches!(dracut_image(dir.path(), v), Err(InitramfsError::NoImage(..))));
-        for name in [format!("initrd-{v}"), format!("initrd.img-{v}"), format!("initramfs-{v}.img")]
-        {
-            fs::write(boot.join(&name), "").unwrap();
-            assert_eq!(dracut_image(dir.path(), v).unwrap(), boot.join(&name));
+        let names =
+            [format!("initramfs-{v}.img"), format!("initrd.img-{v}"), format!("initrd-{v}")];
+        for (age, name) in names.iter().enumerate() {
+            let file = fs::File::create(boot.join(name)).unwrap();
+            let when = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1000 * age as u64);
+            file.set_modified(when).unwrap();
+            assert_eq!(dracut_image(dir.path(), v).unwrap(), boot.join(name), "the newest");
         }
     }
 }

@@ -256,7 +256,8 @@ start=$jstart, size=$jsize, type=83"
     local lvm=(--devices "$pvdev")
     pvcreate -q "${lvm[@]}" "$pvdev" >&2
     vgcreate -q "${lvm[@]}" blkvg "$pvdev" >&2
-    lvcreate -q "${lvm[@]}" --driverloaded n -an -Zn -n root -l 100%FREE blkvg >&2 2>/dev/null
+    # (It warns that activation is off and the LV not zeroed: both meant.)
+    lvcreate -q "${lvm[@]}" --driverloaded n -an -Zn -n root -l 100%FREE blkvg >&2
     rdev=$(lv_loop "$pvdev") || die "no LV root on $pvdev"
     on_exit "losetup -d $rdev"
   fi
@@ -432,7 +433,8 @@ cmd_umount() {
   echo "$loop"
 }
 
-# fsck IMG: e2fsck -fn of every ext4 on the image, the LV's included.
+# fsck IMG: e2fsck -fn of every partition (each holds an ext4, or the PV
+# of the LV that does: then the LV's).
 cmd_fsck() {
   [ $# -eq 1 ] || die "usage: fsck IMG"
   local loop p dev
@@ -440,13 +442,13 @@ cmd_fsck() {
   on_exit "detach $loop"
   for p in "$loop"p*; do
     [ -b "$p" ] || continue
-    case $(blkid -p -o value -s TYPE "$p" 2>/dev/null) in
-      ext4) e2fsck -fn "$p" >&2 || die "e2fsck $p" ;;
-      LVM2_member)
-        dev=$(lv_loop "$p") || die "no LV root on $p"
-        on_exit "losetup -d $dev"
-        e2fsck -fn "$dev" >&2 || die "e2fsck of the LV on $p" ;;
-    esac
+    if [ "$(blkid -p -o value -s TYPE "$p" 2>/dev/null)" = LVM2_member ]; then
+      dev=$(lv_loop "$p") || die "no LV root on $p"
+      on_exit "losetup -d $dev"
+      e2fsck -fn "$dev" >&2 || die "e2fsck of the LV on $p"
+    else
+      e2fsck -fn "$p" >&2 || die "e2fsck $p"
+    fi
   done
   say "fsck: every ext4 on $1 is clean"
 }

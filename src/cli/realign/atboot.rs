@@ -105,10 +105,13 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
         Some(k) => k.clone(),
         None => initramfs::next_kernel(&sysroot)?,
     };
+    // Refused now, before anything is written, where there is no image.
+    initramfs::image(&sysroot, generator, &kernel)?;
     let layout = session.layout()?;
     let plan = BootPlan {
         disk: path.to_path_buf(),
         identity: session.identity().clone(),
+        kernel_serial: boot::kernel_serial(&root, &disk, session.identity()),
         table: layout
             .partitions
             .iter()
@@ -165,7 +168,14 @@ pub fn schedule(args: &Args, root: SysRoot, path: &Path) -> anyhow::Result<u8> {
     let command = match setup.install(&binary, cmdline.as_deref(), gpt) {
         Ok(c) => c,
         Err(e) => {
-            setup.undo()?;
+            setup.undo().with_context(|| {
+                format!(
+                    "scheduling failed ({e:#}), and taking it back failed too: the plan stays at \
+                     {}, and the initramfs may still carry the hook; once the cause is fixed, \
+                     `blkalign realign --at-boot --cancel --yes`",
+                    plan_path.display()
+                )
+            })?;
             return Err(e.context(
                 "nothing is scheduled (the initramfs is rebuilt without the hook, GRUB as it was)",
             ));
