@@ -135,8 +135,9 @@ fn dracut_module(sysroot: &Path) -> PathBuf {
 
 /// Install the hook (copies blkalign and the plan into the image) and the
 /// boot script that runs the move: initramfs-tools' init-premount, after
-/// udev has found the disks and before local-top assembles LVM, LUKS or md
-/// on them. dracut's pre-udev, before udev starts: under dracut's systemd a
+/// udev has found the disks (and its rules activated LVM on them: the move
+/// lets go of those mappings) and before local-top opens LUKS. dracut's
+/// pre-udev, before udev starts: under dracut's systemd a
 /// partition the move re-adds at its new start must not have been seen
 /// (its device going away fails the root mount waiting on it), and LVM,
 /// LUKS and md are assembled from udev events. There blkalign loads the
@@ -180,7 +181,8 @@ pub fn install(sysroot: &Path, generator: Generator, hook: &Hook) -> Result<(), 
             // Sourced by dracut-pre-udev: no exit. The emergency shell
             // returns to the boot when the user leaves it.
             format!(
-                "#!/bin/sh\n{HEADER}{BLACKLIST}                 for m in {modules}; do modprobe -q \"$m\" || true; done\n\
+                "#!/bin/sh\n{HEADER}{BLACKLIST}\
+                 for m in {modules}; do modprobe -q \"$m\" || true; done\n\
                  {}*) emergency_shell -n blkalign \"{stopped}\" ;;\nesac\n",
                 run(" --coldplug")
             ),
@@ -461,6 +463,7 @@ mod tests {
         assert!(text.contains("inst_hook pre-udev 00"), "{text}");
         let run = fs::read_to_string(&script).unwrap();
         assert!(run.contains("at-boot.json --coldplug\n"), "{run}");
+        assert!(run.contains("\nfor m in ext4; do modprobe"), "{run}");
         // The blacklist as dracut-lib's getargs gives it, run by sh.
         let getargs = "getargs() { case $1 in rd.driver.blacklist) echo nouveau,radeon \
                        floppy ;; rd.driver.post) echo i915 ;; esac; }";

@@ -23,7 +23,7 @@ tests![
         a_root_at_lba_63_is_moved_at_boot_through_power_cuts = 320,
         a_separate_boot_at_lba_63_and_the_root_both_move_at_boot = 80,
         a_root_at_lba_63_is_moved_at_boot_by_dracut_through_a_power_cut = 160,
-        a_root_on_lvm_at_an_odd_lba_is_moved_at_boot = 100,
+        a_root_on_lvm_at_an_odd_lba_is_moved_at_boot = 70,
     ),
 ];
 
@@ -381,7 +381,7 @@ fn a_root_at_lba_63_is_moved_at_boot_by_dracut_through_a_power_cut() {
 /// /dev/mapper/blkvg-root. udev's LVM rules activate the volume group in
 /// the initramfs before the hook runs; the move releases it, moves the PV
 /// and activates it again, and the initramfs mounts the LV from its new
-/// place. Then --finish, and GRUB boots it again.
+/// place. Then --finish.
 fn a_root_on_lvm_at_an_odd_lba_is_moved_at_boot() {
     if !ready() || !needs(true, &["pvcreate", "lvcreate"]) {
         return;
@@ -402,9 +402,7 @@ fn a_root_on_lvm_at_an_odd_lba_is_moved_at_boot() {
     assert_eq!(after[1] % 2048, 0, "{after:?}");
     assert_eq!([after[0], after[2]], [before[0], before[2]], "/boot and the journal stay");
     disk.check_peers();
+    // The boot after --finish is the plain test's: nothing here is LVM's.
     let finish = disk.as_installed(&["--finish"]);
     assert_eq!(finish.status.code(), Some(0), "{}", text(&finish));
-    let (code, console) = boot(&disk.img, &disk.log("again"), None);
-    assert_eq!(booted(code, &console), after[1]);
-    assert!(!console.contains("blkalign:"), "the hook is gone:\n{console}");
 }

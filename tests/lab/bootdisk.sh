@@ -70,12 +70,13 @@ detach() {
   [ -z "$file" ] || loop_gone "$file" "$1" || die "detach $1 failed"
 }
 
-# part_by_label LOOP LABEL: the partition node holding that file system.
-part_by_label() {
+# part_by TAG LOOP VALUE: the partition node whose content blkid gives that
+# TAG (LABEL, TYPE).
+part_by() {
   local p
-  for p in "$1"p*; do
+  for p in "$2"p*; do
     [ -b "$p" ] || continue
-    if [ "$(blkid -p -o value -s LABEL "$p" 2>/dev/null)" = "$2" ]; then
+    if [ "$(blkid -p -o value -s "$1" "$p" 2>/dev/null)" = "$3" ]; then
       echo "$p"; return 0
     fi
   done
@@ -91,18 +92,6 @@ lv_loop() {
   size=$(lvs "${lvm[@]}" -o lv_size blkvg/root 2>/dev/null | tr -d ' ')
   [ -n "$start" ] && [ -n "$size" ] || return 1
   losetup -f --show -o "$start" --sizelimit "$size" "$1"
-}
-
-# part_by_type LOOP TYPE: the partition whose content blkid names so.
-part_by_type() {
-  local p
-  for p in "$1"p*; do
-    [ -b "$p" ] || continue
-    if [ "$(blkid -p -o value -s TYPE "$p" 2>/dev/null)" = "$2" ]; then
-      echo "$p"; return 0
-    fi
-  done
-  return 1
 }
 
 # --- initramfs --------------------------------------------------------------
@@ -128,8 +117,8 @@ cmd_initramfs() {
 
 # dracut_config ROOT COMPRESS: /etc/dracut.conf{,.d} inside the image. Not
 # host-only (the host's disks are not the guest's): the drivers below, and
-# without the modules for layers this disk has not (18.6 MB → 13 MB, which
-# GRUB reads through the BIOS under TCG).
+# without the modules for layers this disk has not: a smaller image, which
+# GRUB reads through the BIOS under TCG.
 dracut_config() {
   local root=$1 compress=$2
   mkdir -p "$root/etc/dracut.conf.d"
@@ -397,20 +386,20 @@ cmd_mount() {
   [ -z "$(losetup -j "$img")" ] || die "$img is already attached: $(losetup -j "$img")"
   loop=$(attach "$img")
   on_exit "detach $loop"
-  if ! rdev=$(part_by_label "$loop" blkroot); then
+  if ! rdev=$(part_by LABEL "$loop" blkroot); then
     local pv
-    pv=$(part_by_type "$loop" LVM2_member) || die "no blkroot file system on $loop"
+    pv=$(part_by TYPE "$loop" LVM2_member) || die "no blkroot file system on $loop"
     rdev=$(lv_loop "$pv") || die "no LV root on $pv"
     on_exit "losetup -d $rdev"
   fi
   mkdir -p "$dir"
   mount "$rdev" "$dir"
   on_exit "umount $dir"
-  if bdev=$(part_by_label "$loop" blkboot); then
+  if bdev=$(part_by LABEL "$loop" blkboot); then
     mount "$bdev" "$dir/boot"
     on_exit "umount $dir/boot"
   fi
-  if jdev=$(part_by_label "$loop" blkjournal); then
+  if jdev=$(part_by LABEL "$loop" blkjournal); then
     mkdir -p "$dir/srv" 2>/dev/null || true
     mount "$jdev" "$dir/srv"
   fi
