@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 /// The journal directory, at the root of its file system.
 pub const DIR: &str = "blkalign-at-boot";
 const RESULT: &str = "result.json";
-/// The free space a journal may need: two saved chunks and its record.
-const JOURNAL_ROOM: u64 = 2 * super::CHUNK_BYTES + (4 << 20);
+/// The free space a journal may need: three saved chunks and its record.
+const JOURNAL_ROOM: u64 = 3 * super::CHUNK_BYTES + (4 << 20);
 /// File systems the initramfs can mount for the journal, with their module.
 pub(crate) const JOURNAL_FS: [(&str, &str); 6] = [
     ("ext4", "ext4"),
@@ -492,7 +492,7 @@ pub fn room_for_journal(dir: &Path) -> Result<(), String> {
     let free = rustix::fs::statvfs(dir).map(|v| v.f_bavail.saturating_mul(v.f_frsize));
     match free {
         Ok(f) if f < JOURNAL_ROOM => Err(format!(
-            "{} has {} free, less than the {} a journal may need (two saved chunks)",
+            "{} has {} free, less than the {} a journal may need (three saved chunks)",
             dir.display(),
             crate::units::human_size(f),
             crate::units::human_size(JOURNAL_ROOM)

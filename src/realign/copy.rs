@@ -3,7 +3,7 @@
 //! short at any moment and run again.
 
 use super::disk::Disk;
-use super::journal::{Journal, JournalError, Phase};
+use super::journal::{Journal, JournalError, Phase, SavedChunk, SavedChunks};
 use super::rescue::{self, Map};
 use super::{Move, Write};
 use crate::io::AlignedBuf;
@@ -130,11 +130,11 @@ pub fn run_until(
         if let Some(map) = rescue {
             map.finish().map_err(|source| map_error(map, source))?;
         }
-        journal.commit(Phase::Verified, journal.record.chunks(), None)?;
+        journal.commit(Phase::Verified, journal.record.chunks(), &[])?;
     }
     if journal.state.phase == Phase::Verified {
         write_all(disk, &journal.record, &journal.record.writes)?;
-        journal.commit(Phase::TableWritten, journal.record.chunks(), None)?;
+        journal.commit(Phase::TableWritten, journal.record.chunks(), &[])?;
     }
     Ok(())
 }
@@ -169,11 +169,9 @@ fn copy_and_verify(
     let first = j.state.cursor;
     j.checksums.truncate(first as usize);
     let size = m.chunk_bytes as usize;
-    // Only the chunk at the cursor can have been saved: its bytes then
-    // come from the journal, its source possibly overwritten.
-    let mut head = AlignedBuf::new(size, 0);
-    let head_len = m.chunk(first).1 as usize;
-    let saved = first < m.chunks() && j.saved(first, &mut head.bytes_mut()[..head_len])?;
+    // The chunks the journal saved (the one at the cursor, perhaps the
+    // next): their bytes come from it, their sources possibly overwritten.
+    let saved = j.saved_chunks()?;
     let abort = AtomicBool::new(false);
     std::thread::scope(|s| {
         let (m, abort) = (&m, &abort);
@@ -182,9 +180,11 @@ fn copy_and_verify(
         let (written, written_rx) = mpsc::channel();
         let (checked_tx, checked) = mpsc::channel();
         let rescuing = rescue.is_some();
-        s.spawn(move || read_ahead(disk, m, first, (head, saved), rescuing, free_rx, full_tx));
+        s.spawn(move || read_ahead(disk, m, first, &saved, rescuing, free_rx, full_tx));
         s.spawn(move || verify_behind(disk, m, written_rx, checked_tx, abort));
-        let _ = free.send(AlignedBuf::new(size, 0));
+        for _ in 0..2 {
+            let _ = free.send(AlignedBuf::new(size, 0));
+        }
         for k in 0..first {
             let _ = written.send((k, j.checksums.get(k as usize).copied()));
         }
@@ -200,6 +200,9 @@ fn copy_and_verify(
 /// clobber a source not yet recorded as moved, the chunks before it are
 /// verified, the device is flushed and the cursor committed; a chunk that
 /// clobbers its own source is saved in the journal (and committed) first.
+/// Where the chunk before it was saved too, the commit keeps naming that
+/// one, and leaves the cursor on it: its write need not be verified yet,
+/// so its verification runs beside this chunk's write.
 fn copy(
     disk: &dyn Disk,
     j: &mut Journal,
@@ -212,6 +215,11 @@ fn copy(
     let first = j.state.cursor;
     let mut committed = first;
     let (mut dirty, mut last_commit) = (false, Instant::now());
+    // A resumed move's first commit keeps naming the chunk after the
+    // cursor if the journal saved it: its source may be overwritten.
+    let mut ahead = j.state.saved.into_iter().flatten().find(|s| s.chunk == first + 1);
+    // The last chunk saved and named, if not yet known verified.
+    let mut trailing: Option<SavedChunk> = None;
     for k in first..m.chunks() {
         let (rel, len) = m.chunk(k);
         let src = m.old_start * m.sector_size + rel;
@@ -230,13 +238,17 @@ fn copy(
         j.checksums.push(crc);
         let save = m.needs_save(k);
         if save || m.needs_commit(committed, k) {
-            let saved = if save { Some(j.save(k, data)?) } else { None };
-            pipe.verified_before(k, &m, tick)?;
+            let mine = if save { Some(j.save(k, data)?) } else { None };
+            let before = trailing.filter(|t| t.chunk + 1 == k && mine.is_some() && j.keeps() > 1);
+            let cursor = if before.is_some() { k - 1 } else { k };
+            pipe.verified_before(cursor, &m, tick)?;
             if dirty {
                 disk.flush().map_err(|e| io_at("flushing after", src, &m, e))?;
             }
-            j.commit(Phase::Copying, k, saved)?;
-            (committed, last_commit) = (k, Instant::now());
+            let next = ahead.take().filter(|a| a.chunk == k + 1);
+            let saved: Vec<SavedChunk> = before.into_iter().chain(mine).chain(next).collect();
+            j.commit(Phase::Copying, cursor, &saved)?;
+            (committed, last_commit, trailing) = (cursor, Instant::now(), mine);
         }
         let dst = m.new_start * m.sector_size + rel;
         if let Err(e) = write(disk, data, dst, &m) {
@@ -247,22 +259,23 @@ fn copy(
         let _ = pipe.written.send((k, Some(crc)));
         let _ = pipe.free.send(buf);
         pipe.drain(tick)?;
-        let (stopping, last) = (stop(), k + 1 == m.chunks());
+        let stopping = stop();
         if stopping || last_commit.elapsed() >= COMMIT_EVERY {
-            if !last {
-                pipe.verified_before(k + 1, &m, tick)?;
-            }
+            pipe.verified_before(k + 1, &m, tick)?;
             disk.flush().map_err(|e| io_at("flushing after", dst, &m, e))?;
-            j.commit(Phase::Copying, k + 1, None)?;
-            (committed, last_commit, dirty) = (k + 1, Instant::now(), false);
+            j.commit(Phase::Copying, k + 1, &[])?;
+            (committed, last_commit, dirty, trailing) = (k + 1, Instant::now(), false, None);
         }
         if stopping {
-            let (verifying, chunks) = if last { (true, pipe.verified) } else { (false, k + 1) };
-            return Err(MoveError::Interrupted { verifying, chunks });
+            let last = k + 1 == m.chunks();
+            return Err(MoveError::Interrupted { verifying: last, chunks: k + 1 });
         }
     }
+    // The last saved chunks are dropped only once their writes are known
+    // good: nothing could copy them again.
+    pipe.verified_before(m.chunks(), &m, tick)?;
     disk.flush().map_err(|e| io_at("flushing after", m.new_start * m.sector_size, &m, e))?;
-    j.commit(Phase::Copying, m.chunks(), None)?;
+    j.commit(Phase::Copying, m.chunks(), &[])?;
     Ok(())
 }
 
@@ -281,8 +294,11 @@ fn keep_progress(
 ) -> MoveError {
     let m = j.record.clone();
     if k > committed && pipe.verified_before(k, &m, tick).is_ok() && disk.flush().is_ok() {
+        // Chunk k's saved bytes stay named: its write may have begun.
+        let saved = j.state.saved.into_iter().flatten().filter(|s| s.chunk >= k);
+        let saved: Vec<SavedChunk> = saved.collect();
         // The error said is the one that stopped the move, not a commit's.
-        let _ = j.commit(Phase::Copying, k, None);
+        let _ = j.commit(Phase::Copying, k, &saved);
     }
     error
 }
@@ -359,33 +375,33 @@ impl Pipe {
 }
 
 /// Read the sources of chunks `first..` in copy order into buffers from
-/// `free`, handing each to `full`. `head` is the first chunk's buffer,
-/// already filled when its flag says so (from the journal). `rescuing`
-/// reads around unreadable sectors instead of failing on them.
+/// `free`, handing each to `full`; those `saved` holds intact come from the
+/// journal. `rescuing` reads around unreadable sectors instead of failing
+/// on them.
 fn read_ahead(
     disk: &dyn Disk,
     m: &Move,
     first: u64,
-    head: (AlignedBuf, bool),
+    saved: &SavedChunks,
     rescuing: bool,
     free: Receiver<AlignedBuf>,
     full: SyncSender<Result<(AlignedBuf, Around), MoveError>>,
 ) {
-    let (mut next, filled) = (Some(head.0), head.1);
     for k in first..m.chunks() {
-        let Some(mut buf) = next.take().or_else(|| free.recv().ok()) else { return };
+        let Ok(mut buf) = free.recv() else { return };
         let (rel, len) = m.chunk(k);
         let src = m.old_start * m.sector_size + rel;
         let data = &mut buf.bytes_mut()[..len as usize];
-        let got = if k == first && filled {
-            Ok(None)
-        } else if rescuing {
-            let started = Instant::now();
-            rescue::read_around(disk, data, src, m.sector_size)
-                .map(|bad| Some((bad, started.elapsed())))
-                .map_err(|e| io_at("reading", src, m, e))
-        } else {
-            read(disk, data, src, m, "reading").map(|()| None)
+        let got = match saved.read(k, data) {
+            Err(e) => Err(e.into()),
+            Ok(true) => Ok(None),
+            Ok(false) if rescuing => {
+                let started = Instant::now();
+                rescue::read_around(disk, data, src, m.sector_size)
+                    .map(|bad| Some((bad, started.elapsed())))
+                    .map_err(|e| io_at("reading", src, m, e))
+            }
+            Ok(false) => read(disk, data, src, m, "reading").map(|()| None),
         };
         let failed = got.is_err();
         if full.send(got.map(|around| (buf, around))).is_err() || failed {
@@ -559,11 +575,23 @@ pub(crate) mod tests {
 
     /// Crash after every number of writes and flushes until the move
     /// finishes, losing a varying share of unflushed writes, then resume
-    /// with no limit: the partition's bytes always arrive whole.
+    /// with no limit: the partition's bytes always arrive whole. Shifts
+    /// under a chunk pass every chunk through the journal, two named at a
+    /// time (or one, in a version 1 journal).
     #[test]
     fn any_crash_then_resume_moves_every_byte() {
-        let cases = [(63, 64, 512), (64, 63, 1024), (63, 56, 2048), (40, 120, 4096), (120, 7, 512)];
-        for (old, new, chunk) in cases {
+        let cases = [
+            (63, 64, 512, 2),
+            (64, 63, 1024, 2),
+            (64, 63, 1024, 1),
+            (63, 64, 4096, 2),
+            (63, 64, 4096, 1),
+            (63, 66, 2048, 2),
+            (63, 56, 2048, 2),
+            (40, 120, 4096, 2),
+            (120, 7, 512, 2),
+        ];
+        for (old, new, chunk, version) in cases {
             let table_old = vec![1u8; 512];
             let table_new = vec![2u8; 512];
             let m = Move {
@@ -588,13 +616,17 @@ pub(crate) mod tests {
                     // tmpfs: thousands of journal flushes, none of them slow.
                     let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
                     let path = dir.as_ref().unwrap().path().join("j");
-                    let mut j = Journal::create(&path, m.clone()).unwrap();
+                    let mut j = match version {
+                        1 => super::super::journal::create_version_1(&path, m.clone()),
+                        _ => Journal::create(&path, m.clone()).unwrap(),
+                    };
                     let disk = Flaky::new(original.clone(), crash_after);
                     finished = run(&disk, &mut j, &mut |_| {}).is_ok();
                     drop(j);
                     let survivor = if finished { disk.power_cut(1) } else { disk.power_cut(keep) };
                     let disk = Flaky::new(survivor, u64::MAX);
                     let mut j = Journal::open(&path).unwrap();
+                    assert_eq!(j.keeps(), version);
                     run(&disk, &mut j, &mut |_| {})
                         .unwrap_or_else(|e| panic!("{old}->{new}/{chunk} at {crash_after}: {e}"));
                     let img = disk.power_cut(1);
@@ -751,9 +783,11 @@ pub(crate) mod tests {
         (m, original)
     }
 
-    /// Chunk 1's write is dropped; chunk 2's would overwrite the first
-    /// sector of chunk 1's source. Verification stops the move before that,
-    /// so a rerun on an honest disk copies chunk 1 again and loses nothing.
+    /// Chunk 1's write is dropped; chunk 2's overwrites the first sector of
+    /// chunk 1's source, whose bytes the journal still names. Verification
+    /// stops the move before chunk 3's commit would let them go, so a rerun
+    /// on an honest disk copies chunk 1 again from the journal and loses
+    /// nothing.
     #[test]
     fn a_dropped_write_is_found_before_its_source_is_overwritten() {
         let (m, original) = one_sector_right();
@@ -766,7 +800,9 @@ pub(crate) mod tests {
         let err = run(&disk, &mut j, &mut |_| {}).unwrap_err();
         assert!(matches!(err, MoveError::Verify { lba: 148, len: 4096, .. }), "{err}");
         let mut j = Journal::open(&path).unwrap();
-        assert_eq!((j.state.phase, j.state.cursor), (Phase::Copying, 1));
+        // Found after chunk 1's write (cursor 0) or chunk 2's (cursor 1).
+        assert!(matches!((j.state.phase, j.state.cursor), (Phase::Copying, 0 | 1)));
+        assert!(j.state.saved.iter().flatten().any(|s| s.chunk == 1), "{:?}", j.state);
         let honest = Flaky::new(disk.disk.power_cut(1), u64::MAX);
         assert_eq!(honest.power_cut(1)[..512], m.writes[0].old[..], "the old table stays");
         run(&honest, &mut j, &mut |_| {}).unwrap();

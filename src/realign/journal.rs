@@ -8,15 +8,21 @@
 //! - the move record (JSON), written once at creation;
 //! - the checksum table: a CRC32 per chunk, taken while reading the source,
 //!   appended as the copy goes and covered by the header's CRC;
-//! - save areas 0 and 1, alternating by chunk index, so the save of chunk
-//!   k never overwrites the only copy of chunk k-1.
+//! - save areas 0, 1 and 2, rotating by chunk index. A header names up to
+//!   two saved chunks (k-1 and k), so chunk k-1's verification can trail
+//!   chunk k's write, and the save of chunk k+1 overwrites neither.
+//!
+//! Journals of version 1 (`BLKALNJ1`, before stop 44) have two save areas
+//! and name one saved chunk; they are resumed as they are, one chunk in
+//! flight at a time.
 
 use super::{InvalidMove, Move};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-const MAGIC: &[u8; 8] = b"BLKALNJ1";
+const MAGIC: &[u8; 8] = b"BLKALNJ2";
+const MAGIC_V1: &[u8; 8] = b"BLKALNJ1";
 const SLOT: u64 = 4096;
 const RECORD_AT: u64 = 2 * SLOT;
 const HEADER_LEN: usize = 96;
@@ -72,9 +78,11 @@ pub struct SavedChunk {
 pub struct State {
     pub sequence: u64,
     pub phase: Phase,
-    /// Chunks (in copy order) that are done and flushed.
+    /// Chunks (in copy order) that are done, flushed and verified.
     pub cursor: u64,
-    pub saved: Option<SavedChunk>,
+    /// The chunks whose source bytes are in the journal: the one at the
+    /// cursor, and the one after it. Their sources may be overwritten.
+    pub saved: [Option<SavedChunk>; 2],
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +111,41 @@ pub struct Journal {
     save_at: u64,
     record_len: u64,
     record_crc: u32,
+    /// How many saved chunks a header may name: 2, or 1 in a version 1
+    /// journal. There is one save area more than that.
+    keeps: usize,
+}
+
+/// The saved chunks a journal's last commit names, readable beside the
+/// journal's own writes (by the copy's reader thread): a save never goes
+/// to an area the last commit names.
+pub struct SavedChunks {
+    file: File,
+    path: PathBuf,
+    chunks: Vec<(SavedChunk, u64)>,
+    chunk_bytes: u64,
+}
+
+impl SavedChunks {
+    /// Fill `buf` with the saved bytes of `chunk`; false unless it is
+    /// named, `buf` is its length and the bytes are intact.
+    pub fn read(&self, chunk: u64, buf: &mut [u8]) -> Result<bool, JournalError> {
+        let Some(&(s, at)) = self.chunks.iter().find(|(s, _)| s.chunk == chunk) else {
+            return Ok(false);
+        };
+        if s.len != buf.len() as u64 || s.len > self.chunk_bytes {
+            return Ok(false);
+        }
+        // A header and its save area reach the disk in one flush, in no
+        // set order: a save area cut short by the file's end (its size not
+        // yet durable) is as torn as one that fails its CRC. Either way the
+        // chunk's source was not yet touched.
+        match self.file.read_exact_at(buf, at) {
+            Ok(()) => Ok(crc32fast::hash(buf) == s.crc),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(source) => Err(JournalError::Io { path: self.path.clone(), source }),
+        }
+    }
 }
 
 fn layout(record_len: u64, chunks: u64) -> (u64, u64) {
@@ -133,7 +176,7 @@ impl Journal {
         let file = create_private(&fresh).map_err(err)?;
         let (table_at, save_at) = layout(json.len() as u64, record.chunks());
         file.write_all_at(&json, RECORD_AT).map_err(err)?;
-        let state = State { sequence: 0, phase: Phase::Copying, cursor: 0, saved: None };
+        let state = State { sequence: 0, phase: Phase::Copying, cursor: 0, saved: [None; 2] };
         let mut journal = Journal {
             direct: None,
             file,
@@ -145,6 +188,7 @@ impl Journal {
             save_at,
             record_len: json.len() as u64,
             record_crc: crc32fast::hash(&json),
+            keeps: 2,
         };
         journal.write_header(state, &[])?;
         journal.write_header(State { sequence: 1, ..state }, &[])?;
@@ -208,7 +252,7 @@ impl Journal {
         let file = file.try_clone().map_err(|e| e.to_string())?;
         let direct = crate::io::open_direct_write(path).ok();
         let path = path.to_path_buf();
-        let (record_len, record_crc) = (h.record_len, h.record_crc);
+        let (record_len, record_crc, keeps) = (h.record_len, h.record_crc, h.keeps);
         Ok(Journal {
             direct,
             file,
@@ -220,6 +264,7 @@ impl Journal {
             save_at,
             record_len,
             record_crc,
+            keeps,
         })
     }
 
@@ -227,21 +272,36 @@ impl Journal {
         &self.path
     }
 
-    /// Record `phase` and `cursor` (and a saved chunk), after appending the
-    /// checksums of newly finished chunks; durable when this returns.
+    /// How many saved chunks a commit may name (see [`State::saved`]).
+    pub fn keeps(&self) -> usize {
+        self.keeps
+    }
+
+    /// Record `phase` and `cursor` (and the saved chunks at and after it,
+    /// [`Journal::keeps`] at most), after appending the checksums of newly
+    /// finished chunks; durable when this returns.
     pub fn commit(
         &mut self,
         phase: Phase,
         cursor: u64,
-        saved: Option<SavedChunk>,
+        saved: &[SavedChunk],
     ) -> Result<(), JournalError> {
         let err = |source| JournalError::Io { path: self.path.clone(), source };
+        if saved.len() > self.keeps {
+            let why =
+                format!("a commit names {} saved chunks; it keeps {}", saved.len(), self.keeps);
+            return Err(JournalError::Corrupt { path: self.path.clone(), why });
+        }
+        let mut named = [None; 2];
+        for (slot, s) in named.iter_mut().zip(saved) {
+            *slot = Some(*s);
+        }
         let cursor_len = usize::try_from(cursor).unwrap_or(usize::MAX).min(self.checksums.len());
         let bytes: Vec<u8> =
             self.checksums[..cursor_len].iter().flat_map(|c| c.to_le_bytes()).collect();
         self.file.write_all_at(&bytes, self.table_at).map_err(err)?;
-        let next =
-            State { sequence: self.state.sequence + 1, phase, cursor: cursor_len as u64, saved };
+        let sequence = self.state.sequence + 1;
+        let next = State { sequence, phase, cursor: cursor_len as u64, saved: named };
         self.write_header(next, &bytes)?;
         self.file.sync_data().map_err(err)?;
         self.state = next;
@@ -259,22 +319,22 @@ impl Journal {
         Ok(SavedChunk { chunk, len: bytes.len() as u64, crc: crc32fast::hash(bytes) })
     }
 
-    /// Fill `buf` with the saved bytes of `chunk`; false unless the last
-    /// commit saved that chunk, `buf` is its length and the bytes are intact.
+    /// The saved chunks the last commit names at or after its cursor.
+    pub fn saved_chunks(&self) -> Result<SavedChunks, JournalError> {
+        let err = |source| JournalError::Io { path: self.path.clone(), source };
+        let s = &self.state;
+        let named = s.saved.iter().flatten().filter(|c| c.chunk >= s.cursor);
+        Ok(SavedChunks {
+            file: self.file.try_clone().map_err(err)?,
+            path: self.path.clone(),
+            chunks: named.map(|&c| (c, self.save_area(c.chunk))).collect(),
+            chunk_bytes: self.record.chunk_bytes,
+        })
+    }
+
+    /// Fill `buf` with the saved bytes of `chunk`, as [`SavedChunks::read`].
     pub fn saved(&self, chunk: u64, buf: &mut [u8]) -> Result<bool, JournalError> {
-        let Some(s) = self.state.saved.filter(|s| s.chunk == chunk) else { return Ok(false) };
-        if s.len != buf.len() as u64 || s.len > self.record.chunk_bytes {
-            return Ok(false);
-        }
-        // A header and its save area reach the disk in one flush, in no
-        // set order: a save area cut short by the file's end (its size not
-        // yet durable) is as torn as one that fails its CRC. Either way the
-        // chunk's source was not yet touched.
-        match self.file.read_exact_at(buf, self.save_area(chunk)) {
-            Ok(()) => Ok(crc32fast::hash(buf) == s.crc),
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
-            Err(source) => Err(JournalError::Io { path: self.path.clone(), source }),
-        }
+        self.saved_chunks()?.read(chunk, buf)
     }
 
     /// Once the move is done, the saved chunks (the partition's bytes,
@@ -301,14 +361,15 @@ impl Journal {
     }
 
     fn save_area(&self, chunk: u64) -> u64 {
-        self.save_at + (chunk % 2) * self.record.chunk_bytes
+        self.save_at + (chunk % (self.keeps as u64 + 1)) * self.record.chunk_bytes
     }
 
     /// Into the slot the previous header is not in; `table` is the
     /// checksum table as the header vouches for it.
     fn write_header(&self, s: State, table: &[u8]) -> Result<(), JournalError> {
         let (record_len, record_crc) = (self.record_len, self.record_crc);
-        let h = Header { state: s, record_len, record_crc, table_crc: crc32fast::hash(table) };
+        let table_crc = crc32fast::hash(table);
+        let h = Header { state: s, record_len, record_crc, table_crc, keeps: self.keeps };
         let at = (s.sequence % 2) * SLOT;
         self.file
             .write_all_at(&h.encode(), at)
@@ -321,24 +382,30 @@ struct Header {
     record_len: u64,
     record_crc: u32,
     table_crc: u32,
+    /// 2, or 1 in a version 1 header.
+    keeps: usize,
 }
 
 impl Header {
+    /// The saved chunks at bytes 32 and 68, their count at 20.
     fn encode(&self) -> Vec<u8> {
         let s = &self.state;
-        let saved = s.saved.unwrap_or(SavedChunk { chunk: u64::MAX, len: 0, crc: 0 });
+        let none = SavedChunk { chunk: u64::MAX, len: 0, crc: 0 };
+        let [first, second] = s.saved.map(|c| c.unwrap_or(none));
+        let count = s.saved.iter().flatten().count() as u32;
         let mut h = Vec::with_capacity(HEADER_LEN);
-        h.extend_from_slice(MAGIC);
+        h.extend_from_slice(if self.keeps == 1 { MAGIC_V1 } else { MAGIC });
         h.extend_from_slice(&s.sequence.to_le_bytes());
         h.extend_from_slice(&s.phase.code().to_le_bytes());
-        h.extend_from_slice(&u32::from(s.saved.is_some()).to_le_bytes());
+        h.extend_from_slice(&count.to_le_bytes());
         h.extend_from_slice(&s.cursor.to_le_bytes());
-        h.extend_from_slice(&saved.chunk.to_le_bytes());
-        h.extend_from_slice(&saved.len.to_le_bytes());
-        h.extend_from_slice(&saved.crc.to_le_bytes());
+        put_saved(&mut h, first);
         h.extend_from_slice(&self.record_crc.to_le_bytes());
         h.extend_from_slice(&self.record_len.to_le_bytes());
         h.extend_from_slice(&self.table_crc.to_le_bytes());
+        if self.keeps > 1 {
+            put_saved(&mut h, second);
+        }
         h.resize(HEADER_LEN - 4, 0);
         let crc = crc32fast::hash(&h);
         h.extend_from_slice(&crc.to_le_bytes());
@@ -347,24 +414,57 @@ impl Header {
 
     fn decode(h: &[u8]) -> Option<Header> {
         use crate::io::{le_u32, le_u64};
-        if h.get(..8)? != MAGIC || le_u32(h, HEADER_LEN - 4)? != crc32fast::hash(h.get(..92)?) {
+        let keeps = match h.get(..8)? {
+            m if m == MAGIC => 2,
+            m if m == MAGIC_V1 => 1,
+            _ => return None,
+        };
+        if le_u32(h, HEADER_LEN - 4)? != crc32fast::hash(h.get(..92)?) {
             return None;
         }
-        let saved = (le_u32(h, 20)? == 1).then(|| {
-            Some(SavedChunk { chunk: le_u64(h, 32)?, len: le_u64(h, 40)?, crc: le_u32(h, 48)? })
-        });
+        let count = usize::try_from(le_u32(h, 20)?).ok().filter(|&n| n <= keeps)?;
+        let saved_at = |at: usize| {
+            Some(SavedChunk {
+                chunk: le_u64(h, at)?,
+                len: le_u64(h, at + 8)?,
+                crc: le_u32(h, at + 16)?,
+            })
+        };
+        let mut saved = [None; 2];
+        for (slot, at) in saved.iter_mut().zip([32, 68]).take(count) {
+            *slot = Some(saved_at(at)?);
+        }
         Some(Header {
             state: State {
                 sequence: le_u64(h, 8)?,
                 phase: Phase::from_code(le_u32(h, 16)?)?,
                 cursor: le_u64(h, 24)?,
-                saved: saved.flatten(),
+                saved,
             },
             record_crc: le_u32(h, 52)?,
             record_len: le_u64(h, 56)?,
             table_crc: le_u32(h, 64)?,
+            keeps,
         })
     }
+}
+
+/// A journal as stop 43's blkalign made it (version 1: two save areas,
+/// one saved chunk named), for the tests that resume one.
+#[cfg(test)]
+pub(crate) fn create_version_1(path: &Path, record: Move) -> Journal {
+    let mut j = Journal::create(path, record).unwrap();
+    j.keeps = 1;
+    for sequence in [0, 1] {
+        j.write_header(State { sequence, ..j.state }, &[]).unwrap();
+    }
+    j
+}
+
+fn put_saved(h: &mut Vec<u8>, s: SavedChunk) {
+    h.extend_from_slice(&s.chunk.to_le_bytes());
+    h.extend_from_slice(&s.len.to_le_bytes());
+    h.extend_from_slice(&s.crc.to_le_bytes());
 }
 
 fn read_header(file: &File, slot: u64) -> Option<Header> {
@@ -390,9 +490,9 @@ mod tests {
         let path = dir.path().join("j");
         let mut j = Journal::create(&path, sample_move()).unwrap();
         j.checksums = vec![11, 22, 33];
-        j.commit(Phase::Copying, 2, None).unwrap();
+        j.commit(Phase::Copying, 2, &[]).unwrap();
         let saved = j.save(2, &[7u8; 512]).unwrap();
-        j.commit(Phase::Copying, 2, Some(saved)).unwrap();
+        j.commit(Phase::Copying, 2, &[saved]).unwrap();
         let back = Journal::open(&path).unwrap();
         assert_eq!(back.state, j.state);
         assert_eq!(back.checksums, [11, 22]);
@@ -405,8 +505,75 @@ mod tests {
         let f = File::options().write(true).open(&path).unwrap();
         f.write_all_at(&[0xFF; 8], (j.state.sequence % 2) * SLOT + 24).unwrap();
         let older = Journal::open(&path).unwrap();
-        assert_eq!((older.state.cursor, older.state.saved), (2, None));
+        assert_eq!((older.state.cursor, older.state.saved), (2, [None; 2]));
         assert_eq!(older.state.sequence, j.state.sequence - 1);
+    }
+
+    /// Chunk k-1 and k named at once, in three areas: the save of chunk
+    /// k+1, before the commit that names it, overwrites neither.
+    #[test]
+    fn two_saved_chunks_and_the_next_save_beside_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let mut j = Journal::create(&path, sample_move()).unwrap();
+        let s0 = j.save(0, &[10u8; 512]).unwrap();
+        j.commit(Phase::Copying, 0, &[s0]).unwrap();
+        let s1 = j.save(1, &[11u8; 512]).unwrap();
+        j.checksums = vec![1];
+        j.commit(Phase::Copying, 1, &[s1]).unwrap();
+        let s2 = j.save(2, &[12u8; 512]).unwrap();
+        j.commit(Phase::Copying, 1, &[s1, s2]).unwrap();
+        j.save(3, &[13u8; 512]).unwrap();
+        let back = Journal::open(&path).unwrap();
+        assert_eq!((back.keeps(), back.state.saved), (2, [Some(s1), Some(s2)]));
+        let mut buf = [0u8; 512];
+        for (chunk, byte) in [(1, 11), (2, 12)] {
+            assert!(back.saved(chunk, &mut buf).unwrap(), "chunk {chunk}");
+            assert_eq!(buf, [byte; 512]);
+        }
+        assert!(!back.saved(0, &mut buf).unwrap(), "no longer named");
+        let three = j.commit(Phase::Copying, 1, &[s0, s1, s2]).unwrap_err().to_string();
+        assert!(three.contains("names 3 saved chunks"), "{three}");
+    }
+
+    /// A header as stop 43's blkalign wrote it (version 1, one saved
+    /// chunk, assembled here byte by byte) is read as such, and its journal
+    /// goes on with two save areas: chunk 3's is chunk 1's.
+    #[test]
+    fn a_version_1_journal_is_read_and_kept_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j");
+        let mut j = Journal::create(&path, sample_move()).unwrap();
+        let mut h = b"BLKALNJ1".to_vec();
+        for field in [&7u64.to_le_bytes()[..], &1u32.to_le_bytes(), &1u32.to_le_bytes()] {
+            h.extend_from_slice(field);
+        }
+        for field in [3u64, 3, 512] {
+            h.extend_from_slice(&field.to_le_bytes());
+        }
+        h.extend_from_slice(&0xC0FFEEu32.to_le_bytes());
+        h.extend_from_slice(&j.record_crc.to_le_bytes());
+        h.extend_from_slice(&j.record_len.to_le_bytes());
+        h.extend_from_slice(&crc32fast::hash(&[0u8; 12]).to_le_bytes());
+        h.resize(92, 0);
+        h.extend_from_slice(&crc32fast::hash(&h).to_le_bytes());
+        let old = Header::decode(&h).unwrap();
+        assert_eq!(old.keeps, 1);
+        let saved = SavedChunk { chunk: 3, len: 512, crc: 0xC0FFEE };
+        assert_eq!((old.state.sequence, old.state.cursor), (7, 3));
+        assert_eq!((old.state.phase, old.state.saved), (Phase::Copying, [Some(saved), None]));
+        assert_eq!(old.encode(), h, "written back as it was");
+        j.keeps = 1;
+        j.checksums = vec![1, 2, 3];
+        let s3 = j.save(3, &[3u8; 512]).unwrap();
+        j.commit(Phase::Copying, 3, &[s3]).unwrap();
+        j.commit(Phase::Copying, 3, &[s3]).unwrap();
+        let back = Journal::open(&path).unwrap();
+        assert_eq!(back.keeps(), 1);
+        assert_eq!(back.save_area(3), back.save_area(1));
+        assert!(back.saved(3, &mut [0u8; 512]).unwrap());
+        let two = j.commit(Phase::Copying, 3, &[s3, s3]).unwrap_err().to_string();
+        assert!(two.contains("it keeps 1"), "{two}");
     }
 
     /// Torn: a byte changed under its CRC, or cut off by the file's end
@@ -423,7 +590,7 @@ mod tests {
             let path = dir.path().join("j");
             let mut j = Journal::create(&path, sample_move()).unwrap();
             let saved = j.save(1, &[9u8; 1024]).unwrap();
-            j.commit(Phase::Copying, 0, Some(saved)).unwrap();
+            j.commit(Phase::Copying, 0, &[saved]).unwrap();
             tear(&File::options().write(true).open(&path).unwrap(), j.save_area(1));
             assert!(!Journal::open(&path).unwrap().saved(1, &mut [0u8; 1024]).unwrap());
         }
@@ -452,7 +619,7 @@ mod tests {
         assert!(matches!(Journal::open(&path), Err(JournalError::Corrupt { .. })));
         let mut j = Journal::create(&dir.path().join("k"), sample_move()).unwrap();
         j.checksums = vec![1];
-        j.commit(Phase::Verified, 1, None).unwrap();
+        j.commit(Phase::Verified, 1, &[]).unwrap();
         let f = File::options().write(true).open(j.path()).unwrap();
         f.write_all_at(b"{", RECORD_AT + 3).unwrap();
         let err = Journal::open(j.path()).err().unwrap().to_string();

@@ -3,7 +3,7 @@
 //! table, each with the bytes it replaces.
 
 use super::place::Placement;
-use super::{Identity, Move, Write, CHUNK_BYTES};
+use super::{Identity, Move, Write};
 use crate::io::ReadAt;
 use crate::stack;
 use crate::table::edit::{self, EditError};
@@ -37,6 +37,7 @@ pub(crate) fn prepare(
     layout: &Layout,
     placement: &Placement,
     identity: Identity,
+    chunk_bytes: u64,
 ) -> Result<Prepared, PrepareError> {
     let before = match placement.ebr {
         Some(new_ebr) => ebr_writes(dev, layout, &placement.partition, new_ebr)?,
@@ -91,7 +92,7 @@ pub(crate) fn prepare(
         old_start: p.start,
         new_start: placement.new_start,
         sectors: p.size,
-        chunk_bytes: CHUNK_BYTES,
+        chunk_bytes,
         contents: contents.as_ref().map(|c| c.name.to_string()),
         before,
         writes,

@@ -186,7 +186,7 @@ mod tests {
         assert!(Store::new(dir.path().into()).remove_finished(&path).unwrap().is_none());
         assert!(path.exists(), "an unfinished move keeps its journal");
         j.checksums = vec![0; j.record.chunks() as usize];
-        j.commit(Phase::Done, j.record.chunks(), None).unwrap();
+        j.commit(Phase::Done, j.record.chunks(), &[]).unwrap();
         assert!(Store::new(dir.path().into()).remove_finished(&path).unwrap().is_some());
         assert!(!path.exists());
     }

@@ -83,21 +83,25 @@ pub fn reverse(j: &Journal) -> Result<Option<Move>, UndoError> {
     }))
 }
 
-/// The chunk at `j`'s cursor when its source bytes are saved in the
-/// journal: its own write may have overwritten that source, so the undo
-/// writes them back there first. Returns (byte offset, bytes).
-pub(crate) fn saved_chunk(j: &Journal) -> Result<Option<(u64, AlignedBuf)>, JournalError> {
+/// The chunks at and after `j`'s cursor whose source bytes are saved in
+/// the journal: their own writes, or the next chunk's, may have
+/// overwritten those sources, so the undo writes them back there first.
+/// Each as (byte offset, bytes).
+pub(crate) fn saved_chunks(j: &Journal) -> Result<Vec<(u64, AlignedBuf)>, JournalError> {
     let m = &j.record;
-    let k = j.state.cursor;
-    if j.state.phase != Phase::Copying || k >= m.chunks() {
-        return Ok(None);
+    if j.state.phase != Phase::Copying {
+        return Ok(Vec::new());
     }
-    let (rel, len) = m.chunk(k);
-    let mut buf = AlignedBuf::new(len as usize, 0);
-    if !j.saved(k, buf.bytes_mut())? {
-        return Ok(None);
+    let saved = j.saved_chunks()?;
+    let mut found = Vec::new();
+    for k in (j.state.cursor..m.chunks()).take(j.keeps()) {
+        let (rel, len) = m.chunk(k);
+        let mut buf = AlignedBuf::new(len as usize, 0);
+        if saved.read(k, buf.bytes_mut())? {
+            found.push((m.old_start * m.sector_size + rel, buf));
+        }
     }
-    Ok(Some((m.old_start * m.sector_size + rel, buf)))
+    Ok(found)
 }
 
 /// Why an undo could not begin.
@@ -111,18 +115,21 @@ pub enum BeginError {
     Io { lba: u64, source: std::io::Error },
 }
 
-/// Begin undoing the move in `forward` on `disk`: a chunk whose own write
-/// may have overwritten its source gets its saved bytes back there,
-/// flushed (again on a rerun after a crash here: `forward` still holds
-/// them), then the undo's journal is made beside `forward`. None when
-/// nothing had moved: then the partition is already as it was.
+/// Begin undoing the move in `forward` on `disk`: the chunks whose sources
+/// may be overwritten get their saved bytes back there, flushed (again on a
+/// rerun after a crash here: `forward` still holds them), then the undo's
+/// journal is made beside `forward`. None when nothing had moved: then the
+/// partition is already as it was.
 pub fn begin(forward: &Journal, disk: &dyn Disk) -> Result<Option<Journal>, BeginError> {
     let back = reverse(forward)?;
-    if let Some((at, bytes)) = saved_chunk(forward)? {
+    let saved = saved_chunks(forward)?;
+    for (at, bytes) in &saved {
         let lba = at / forward.record.sector_size.max(1);
-        let failed = |source| BeginError::Io { lba, source };
-        disk.write_at(bytes.bytes(), at).map_err(failed)?;
-        disk.flush().map_err(failed)?;
+        disk.write_at(bytes.bytes(), *at).map_err(|source| BeginError::Io { lba, source })?;
+    }
+    if let Some((at, _)) = saved.first() {
+        let lba = at / forward.record.sector_size.max(1);
+        disk.flush().map_err(|source| BeginError::Io { lba, source })?;
     }
     let Some(back) = back else { return Ok(None) };
     Ok(Some(Journal::create(&path(forward.path()), back)?))
@@ -285,13 +292,13 @@ mod tests {
         let mut j = Journal::create(&dir.path().join("j"), sample_move()).unwrap();
         assert_eq!(reverse(&j).unwrap(), None, "nothing moved yet");
         j.checksums = vec![0; j.record.chunks() as usize];
-        j.commit(Phase::Verified, j.record.chunks(), None).unwrap();
+        j.commit(Phase::Verified, j.record.chunks(), &[]).unwrap();
         let back = reverse(&j).unwrap().unwrap();
         assert_eq!((back.old_start, back.new_start, back.sectors), (64, 63, 100_000));
         assert_eq!(back.before[0].new, j.record.writes[0].old, "the table put back first");
-        j.commit(Phase::TableWritten, j.record.chunks(), None).unwrap();
+        j.commit(Phase::TableWritten, j.record.chunks(), &[]).unwrap();
         assert_eq!(reverse(&j), Err(UndoError::TableWritten));
-        j.commit(Phase::Done, j.record.chunks(), None).unwrap();
+        j.commit(Phase::Done, j.record.chunks(), &[]).unwrap();
         assert_eq!(reverse(&j), Err(UndoError::Finished("done")));
     }
 }

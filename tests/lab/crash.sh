@@ -37,7 +37,8 @@ source "$here/loop.sh"
 case_def() {
   bad= keeps=null
   case $1 in
-    mbr-63-64) ss=512 n=1 table='printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' args=(--to 64) ;;
+    # 1 MiB chunks: four, each saved, two named by a header at a time.
+    mbr-63-64) ss=512 n=1 table='printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' args=(--to 64 --chunk-size 1MiB) ;;
     mbr-63-2048) ss=512 n=1 table='printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' args=(--to 2048) ;;
     gpt-34-2048) ss=512 n=1 table='sgdisk -a 1 -n 1:34:+4M "$T" >/dev/null' args=(--to 2048) ;;
     # Logical 6's EBR (16384) moves to 16383, before the copy covers it.

@@ -67,6 +67,12 @@ pub struct Args {
     #[arg(long)]
     pub(super) no_read_check: bool,
 
+    /// The bytes copied at a time, a multiple of 4 KiB up to 64 MiB. The
+    /// move holds three chunks in memory and, for a shift under a chunk,
+    /// up to three in its journal: smaller ones need less of both.
+    #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = chunk_size)]
+    pub(super) chunk_size: u64,
+
     /// Undo an unfinished move instead of finishing it: move back the
     /// bytes already moved, journaled like the move, so the partition is
     /// exactly as before it (its table entry never changed).
@@ -157,5 +163,14 @@ pub(super) fn options(args: &Args) -> anyhow::Result<MoveOptions> {
         read_check: !args.no_read_check,
         rescue: args.rescue,
         journal: args.journal.clone(),
+        chunk_bytes: args.chunk_size,
     })
+}
+
+fn chunk_size(text: &str) -> Result<u64, String> {
+    let bytes = blkalign::units::size_arg(text).map_err(|e| e.to_string())?;
+    if bytes == 0 || bytes % 4096 != 0 || bytes > 64 << 20 {
+        return Err(format!("{text}: a chunk is a multiple of 4 KiB, up to 64 MiB"));
+    }
+    Ok(bytes)
 }

@@ -129,8 +129,10 @@ impl Session {
         layout: &Layout,
         placement: &Placement,
     ) -> Result<PlannedMove, SessionError> {
+        let identity = self.identity.clone();
+        let target = &self.target.path;
         let prepared =
-            prepare(&*self.reader, &self.target.path, layout, placement, self.identity.clone())?;
+            prepare(&*self.reader, target, layout, placement, identity, opts.chunk_bytes)?;
         let m = &prepared.record;
         let journaled = m.shift_bytes() < m.chunk_bytes && m.chunks() > 0;
         let rate = self.host.read_rate(m.old_start * m.sector_size, m.bytes());

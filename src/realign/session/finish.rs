@@ -61,7 +61,7 @@ impl Session {
         if let Some(warning) = writer.tell_kernel(&m) {
             events.note(&format!("warning: {warning}"));
         }
-        journal.commit(Phase::Done, m.chunks(), None)?;
+        journal.commit(Phase::Done, m.chunks(), &[])?;
         let absolute = std::fs::canonicalize(journal.path())
             .map_err(io_error(format!("finding {}", journal.path().display())))?;
         self.store.remove(&absolute).map_err(io_error("removing the move's state record"))?;

@@ -142,7 +142,8 @@ mod tests {
         let identity = lab.session.identity.clone();
         let reader = lab.mem.clone();
         let path = lab.dir.path().join("disk.img");
-        let prepared = prepare(&reader, &path, &layout, &placement, identity).unwrap();
+        let prepared =
+            prepare(&reader, &path, &layout, &placement, identity, opts().chunk_bytes).unwrap();
         let journal = lab.session.default_journal(1);
         lab.session.store.add(&journal, &prepared.record).unwrap();
         assert!(lab.session.unfinished(None).unwrap().is_none(), "a record with no journal");

@@ -19,6 +19,10 @@ pub struct MoveOptions {
     pub rescue: bool,
     /// The journal to use instead of the default place.
     pub journal: Option<PathBuf>,
+    /// The bytes copied at a time (16 MiB): a multiple of 4096 up to
+    /// 64 MiB. The move holds three in memory and the journal up to three
+    /// saved ones, where a chunk overlaps its own source.
+    pub chunk_bytes: u64,
 }
 
 /// The safe defaults: the optimal grain, nothing forced, the read check.
@@ -32,6 +36,7 @@ impl Default for MoveOptions {
             read_check: true,
             rescue: false,
             journal: None,
+            chunk_bytes: crate::realign::CHUNK_BYTES,
         }
     }
 }

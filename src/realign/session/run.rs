@@ -71,6 +71,7 @@ impl Session {
                 &layout,
                 &placement,
                 self.identity.clone(),
+                opts.chunk_bytes,
             )?;
             if opts.read_check && self.read_check(opts, &prepared.record, events)? == Scan::Stopped
             {

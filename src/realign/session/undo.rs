@@ -32,7 +32,7 @@ impl Session {
                 return Ok(stop);
             }
             let cursor = forward.state.cursor;
-            forward.commit(Phase::Undone, cursor, None)?;
+            forward.commit(Phase::Undone, cursor, &[])?;
         }
         let absolute = std::fs::canonicalize(forward.path())
             .map_err(io_error(format!("finding {}", forward.path().display())))?;
@@ -106,7 +106,7 @@ impl Session {
                     let journal = undo_path.to_path_buf();
                     return Err(SessionError::Move { source, journal, way_on });
                 }
-                Ok(()) => back.commit(Phase::Done, back.record.chunks(), None)?,
+                Ok(()) => back.commit(Phase::Done, back.record.chunks(), &[])?,
             }
         }
         Ok(None)
