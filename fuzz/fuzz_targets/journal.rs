@@ -27,10 +27,12 @@ fuzz_target!(|data: &[u8]| {
     for k in [0, cursor, chunks.saturating_sub(1)] {
         let _ = (m.chunk(k), m.needs_save(k), m.needs_commit(cursor, k), m.shift_bytes());
     }
-    if let Some(saved) = journal.state.saved {
-        // At most the record's chunk size, which validation caps at 64 MiB.
-        let mut buf = vec![0u8; m.chunk(saved.chunk).1 as usize];
-        let _ = journal.saved(saved.chunk, &mut buf);
+    if let Ok(saved) = journal.saved_chunks() {
+        for s in journal.state.saved.iter().flatten() {
+            // At most the record's chunk size, which validation caps at 64 MiB.
+            let mut buf = vec![0u8; m.chunk(s.chunk).1 as usize];
+            let _ = saved.read(s.chunk, &mut buf);
+        }
     }
     let disk = vec![0u8; 1 << 16];
     let _ = state::applies(m, &disk, &m.identity);

@@ -222,7 +222,7 @@ pub fn journal(file: &mut [u8]) {
     const RECORD_AT: usize = 8192;
     for slot in [0, 4096] {
         let Some(h) = file.get(slot..slot + 96) else { return };
-        if !h.starts_with(b"BLKALNJ1") {
+        if !h.starts_with(b"BLKALNJ2") && !h.starts_with(b"BLKALNJ1") {
             continue;
         }
         let (cursor, record_len) = (le_u64(h, 24), le_u64(h, 56));

@@ -142,13 +142,14 @@ pub fn run_until(
 /// The threads beside the copy: a reader one chunk ahead of it, a verifier
 /// behind it. Neither can meet the copy's writes: in copy order no
 /// destination overlaps a later chunk's source, nor another destination.
-/// Three chunk buffers in all (48 MiB at 16 MiB chunks), whatever the size.
+/// Four chunk buffers in all (64 MiB at 16 MiB chunks), whatever the size:
+/// one written, the next one saved beside it, one read, one verified.
 struct Pipe {
     /// Buffers back to the reader once written.
     free: Sender<AlignedBuf>,
     /// Each chunk's source bytes in copy order, with the sectors
     /// zero-filled in it when rescuing and the time that took.
-    full: Receiver<Result<(AlignedBuf, Around), MoveError>>,
+    full: Receiver<Read>,
     /// Chunks on the disk, for the verifier: index and expected checksum.
     written: Sender<(u64, Option<u32>)>,
     /// The verifier's findings: bytes verified, or why not.
@@ -182,15 +183,14 @@ fn copy_and_verify(
         let rescuing = rescue.is_some();
         s.spawn(move || read_ahead(disk, m, first, &saved, rescuing, free_rx, full_tx));
         s.spawn(move || verify_behind(disk, m, written_rx, checked_tx, abort));
-        for _ in 0..2 {
+        for _ in 0..3 {
             let _ = free.send(AlignedBuf::new(size, 0));
         }
         for k in 0..first {
             let _ = written.send((k, j.checksums.get(k as usize).copied()));
         }
         let mut pipe = Pipe { free, full, written, checked, verified: 0 };
-        let result =
-            copy(disk, j, &mut pipe, tick, stop, rescue).and_then(|()| pipe.finish(m, tick, stop));
+        let result = copy(disk, j, &mut pipe, tick, stop, rescue);
         abort.store(true, Ordering::Relaxed);
         result
     })
@@ -200,9 +200,12 @@ fn copy_and_verify(
 /// clobber a source not yet recorded as moved, the chunks before it are
 /// verified, the device is flushed and the cursor committed; a chunk that
 /// clobbers its own source is saved in the journal (and committed) first.
-/// Where the chunk before it was saved too, the commit keeps naming that
-/// one, and leaves the cursor on it: its write need not be verified yet,
-/// so its verification runs beside this chunk's write.
+///
+/// Where every chunk is saved (a shift under a chunk) and the journal can
+/// name two, that work runs beside the write before it: once chunk k-1's
+/// write is flushed, chunk k is written while chunk k+1 is saved, chunk k-1
+/// verified and the commit made that names chunks k and k+1, with the
+/// cursor on k. Chunk k+1's write then starts at once.
 fn copy(
     disk: &dyn Disk,
     j: &mut Journal,
@@ -220,10 +223,18 @@ fn copy(
     let mut ahead = j.state.saved.into_iter().flatten().find(|s| s.chunk == first + 1);
     // The last chunk saved and named, if not yet known verified.
     let mut trailing: Option<SavedChunk> = None;
+    // The next chunk, received during this one's write, and its save when
+    // the commit made then names it (its write may start at once). Not
+    // when rescuing: zero-filled sectors are listed before they are saved.
+    let (mut next, mut ready): (Option<Read>, Option<SavedChunk>) = (None, None);
     for k in first..m.chunks() {
         let (rel, len) = m.chunk(k);
         let src = m.old_start * m.sector_size + rel;
-        let (buf, around) = match pipe.full.recv().map_err(|_| gone("reading", &m))? {
+        let read = match next.take() {
+            Some(read) => read,
+            None => pipe.full.recv().map_err(|_| gone("reading", &m))?,
+        };
+        let (buf, around) = match read {
             Ok(read) => read,
             Err(e) => return Err(keep_progress(disk, j, pipe, k, committed, tick, e)),
         };
@@ -234,16 +245,18 @@ fn copy(
             map.read(lba..lba + len / m.sector_size, &bad).map_err(|e| map_error(map, e))?;
         }
         let data = &buf.bytes()[..len as usize];
-        let crc = crc32fast::hash(data);
+        let ready_now = ready.take().filter(|s| s.chunk == k);
+        let crc = ready_now.map_or_else(|| crc32fast::hash(data), |s| s.crc);
         j.checksums.push(crc);
         let save = m.needs_save(k);
-        if save || m.needs_commit(committed, k) {
+        if ready_now.is_none() && (save || m.needs_commit(committed, k)) {
             let mine = if save { Some(j.save(k, data)?) } else { None };
             let before = trailing.filter(|t| t.chunk + 1 == k && mine.is_some() && j.keeps() > 1);
             let cursor = if before.is_some() { k - 1 } else { k };
             pipe.verified_before(cursor, &m, tick)?;
             if dirty {
                 disk.flush().map_err(|e| io_at("flushing after", src, &m, e))?;
+                dirty = false;
             }
             let next = ahead.take().filter(|a| a.chunk == k + 1);
             let saved: Vec<SavedChunk> = before.into_iter().chain(mine).chain(next).collect();
@@ -251,7 +264,28 @@ fn copy(
             (committed, last_commit, trailing) = (cursor, Instant::now(), mine);
         }
         let dst = m.new_start * m.sector_size + rel;
-        if let Err(e) = write(disk, data, dst, &m) {
+        let written = if rescue.is_none() && names_last(j, k) && m.needs_save(k + 1) {
+            let read = pipe.full.recv().map_err(|_| gone("reading", &m))?;
+            // Chunk k-1's write made durable before chunk k's begins: a
+            // flush would wait for that one too.
+            if dirty {
+                disk.flush().map_err(|e| io_at("flushing after", src, &m, e))?;
+            }
+            let (written, committing) = std::thread::scope(|s| {
+                let writing = s.spawn(|| write(disk, data, dst, &m));
+                let committing = commit_next(j, pipe, &read, k, tick);
+                (writing.join().unwrap_or_else(|_| Err(gone("writing", &m))), committing)
+            });
+            next = Some(read);
+            if let Some(saved) = committing? {
+                (committed, last_commit, trailing) = (k, Instant::now(), Some(saved));
+                ready = Some(saved);
+            }
+            written
+        } else {
+            write(disk, data, dst, &m)
+        };
+        if let Err(e) = written {
             return Err(keep_progress(disk, j, pipe, k, committed, tick, e));
         }
         dirty = true;
@@ -263,7 +297,8 @@ fn copy(
         if stopping || last_commit.elapsed() >= COMMIT_EVERY {
             pipe.verified_before(k + 1, &m, tick)?;
             disk.flush().map_err(|e| io_at("flushing after", dst, &m, e))?;
-            j.commit(Phase::Copying, k + 1, &[])?;
+            // Chunk k+1 stays named if it is: its write may start at once.
+            j.commit(Phase::Copying, k + 1, &named_from(j, k + 1))?;
             (committed, last_commit, dirty, trailing) = (k + 1, Instant::now(), false, None);
         }
         if stopping {
@@ -271,12 +306,49 @@ fn copy(
             return Err(MoveError::Interrupted { verifying: last, chunks: k + 1 });
         }
     }
-    // The last saved chunks are dropped only once their writes are known
-    // good: nothing could copy them again.
-    pipe.verified_before(m.chunks(), &m, tick)?;
-    disk.flush().map_err(|e| io_at("flushing after", m.new_start * m.sector_size, &m, e))?;
-    j.commit(Phase::Copying, m.chunks(), &[])?;
-    Ok(())
+    // Every chunk verified and durable: the commit of `Verified` that
+    // follows lets the last saved chunks go (nothing could copy them again).
+    pipe.finish(&m, tick, stop)?;
+    disk.flush().map_err(|e| io_at("flushing after", m.new_start * m.sector_size, &m, e))
+}
+
+/// Whether the last commit names chunk `k` and at most the one before it
+/// (a journal that can name two): chunk `k + 1`'s save area is then one it
+/// does not name, the areas going round by three.
+fn names_last(j: &Journal, k: u64) -> bool {
+    let mut named = j.state.saved.into_iter().flatten().map(|s| s.chunk);
+    j.keeps() > 1
+        && k + 1 < j.record.chunks()
+        && named.clone().any(|c| c == k)
+        && named.all(|c| c == k || c + 1 == k)
+}
+
+/// The saved chunks the last commit names from chunk `k` on.
+fn named_from(j: &Journal, k: u64) -> Vec<SavedChunk> {
+    j.state.saved.into_iter().flatten().filter(|s| s.chunk >= k).collect()
+}
+
+/// Beside chunk `k`'s write, chunk `k - 1`'s flushed: save chunk `k + 1`
+/// (from `read`), wait for chunk `k - 1`'s verification, then commit the
+/// cursor at `k` naming chunks `k` and `k + 1`. None when the save fails:
+/// the next chunk's own commit makes it again and says why.
+fn commit_next(
+    j: &mut Journal,
+    pipe: &mut Pipe,
+    read: &Read,
+    k: u64,
+    tick: &mut dyn FnMut(u64),
+) -> Result<Option<SavedChunk>, MoveError> {
+    let m = j.record.clone();
+    let Ok((buf, _)) = read else { return Ok(None) };
+    let Ok(next) = j.save(k + 1, &buf.bytes()[..m.chunk(k + 1).1 as usize]) else {
+        return Ok(None);
+    };
+    pipe.verified_before(k, &m, tick)?;
+    let mut saved = named_from(j, k);
+    saved.push(next);
+    j.commit(Phase::Copying, k, &saved)?;
+    Ok(Some(next))
 }
 
 /// `error` at chunk `k`, once the chunks before it are verified, flushed
@@ -306,6 +378,9 @@ fn keep_progress(
 /// Sectors zero-filled in a chunk (none when it read whole), and the time
 /// the reads took; None when not rescuing or not read from the disk.
 type Around = Option<(Vec<std::ops::Range<u64>>, Duration)>;
+
+/// A chunk's source bytes as the reader hands them over.
+type Read = Result<(AlignedBuf, Around), MoveError>;
 
 fn map_error(map: &Map, source: io::Error) -> MoveError {
     MoveError::Map { path: map.path().to_path_buf(), source }
@@ -385,7 +460,7 @@ fn read_ahead(
     saved: &SavedChunks,
     rescuing: bool,
     free: Receiver<AlignedBuf>,
-    full: SyncSender<Result<(AlignedBuf, Around), MoveError>>,
+    full: SyncSender<Read>,
 ) {
     for k in first..m.chunks() {
         let Ok(mut buf) = free.recv() else { return };
@@ -610,6 +685,7 @@ pub(crate) mod tests {
             let mut original = image();
             original[..512].copy_from_slice(&table_old);
             let want = original[old as usize * 512..(old as usize + 100) * 512].to_vec();
+            let mut two_named = false;
             for crash_after in 0.. {
                 let mut finished = false;
                 for keep in [0, 1, 2] {
@@ -627,6 +703,7 @@ pub(crate) mod tests {
                     let disk = Flaky::new(survivor, u64::MAX);
                     let mut j = Journal::open(&path).unwrap();
                     assert_eq!(j.keeps(), version);
+                    two_named |= j.state.saved[1].is_some();
                     run(&disk, &mut j, &mut |_| {})
                         .unwrap_or_else(|e| panic!("{old}->{new}/{chunk} at {crash_after}: {e}"));
                     let img = disk.power_cut(1);
@@ -639,6 +716,9 @@ pub(crate) mod tests {
                     break;
                 }
             }
+            // A chunk's verification trailed the next one's write.
+            let pipelined = version == 2 && m.needs_save(0) && m.chunks() > 2;
+            assert_eq!(two_named, pipelined, "{old}->{new}/{chunk}, version {version}");
         }
     }
 

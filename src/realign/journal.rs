@@ -309,8 +309,9 @@ impl Journal {
     }
 
     /// Put chunk `chunk`'s source bytes in its save area (not yet durable:
-    /// the commit that names them flushes them).
-    pub fn save(&mut self, chunk: u64, bytes: &[u8]) -> Result<SavedChunk, JournalError> {
+    /// the commit that names them flushes them). Never an area the last
+    /// commit names: the chunk after the last one named at most.
+    pub fn save(&self, chunk: u64, bytes: &[u8]) -> Result<SavedChunk, JournalError> {
         let at = self.save_area(chunk);
         let aligned = bytes.len() % 4096 == 0 && bytes.as_ptr().align_offset(4096) == 0;
         let file = self.direct.as_ref().filter(|_| aligned).unwrap_or(&self.file);
@@ -333,7 +334,8 @@ impl Journal {
     }
 
     /// Fill `buf` with the saved bytes of `chunk`, as [`SavedChunks::read`].
-    pub fn saved(&self, chunk: u64, buf: &mut [u8]) -> Result<bool, JournalError> {
+    #[cfg(test)]
+    fn saved(&self, chunk: u64, buf: &mut [u8]) -> Result<bool, JournalError> {
         self.saved_chunks()?.read(chunk, buf)
     }
 

@@ -292,18 +292,12 @@ fn a_root_at_lba_63_is_moved_at_boot_through_power_cuts() {
     let disk = Disk::build("plain", &[]);
     assert_eq!(disk.key("ROOT_START"), 63);
     disk.schedule(&["1"]);
-    // Two disks the plan must not touch: one another size (a disk swapped
-    // for another), one whose table changed after scheduling.
+    // A disk the plan must not touch: another size (a disk swapped for
+    // another). One whose table changed after scheduling is refused the
+    // same way, before anything is written: tests/it/realign_at_boot.rs
+    // runs that refusal on the host.
     let swapped = disk.copy("swapped.img");
     run("truncate", &["-s", "+1M", swapped.to_str().unwrap()]);
-    let changed = disk.copy("changed.img");
-    let end = disk.starts()[1] + 96 * 2048;
-    let append = format!("start={end}, size=1024\n");
-    common::run_stdin(
-        "sfdisk",
-        &["--append", "--no-reread", changed.to_str().unwrap()],
-        Some(&append),
-    );
 
     boot_through(&disk, &cuts);
     disk.check_peers();
@@ -317,15 +311,10 @@ fn a_root_at_lba_63_is_moved_at_boot_through_power_cuts() {
     assert_eq!(booted(code, &console), 2048);
     assert!(!console.contains("blkalign:"), "the hook is gone:\n{console}");
 
-    for (img, why) in [
-        (&swapped, "no attached disk is the one scheduled"),
-        (&changed, "the disk has 3 partitions; it had 2"),
-    ] {
-        let log = img.with_extension("log");
-        let (code, console) = boot(img, &log, None);
-        assert_eq!(booted(code, &console), 63, "booted on the old layout");
-        assert!(console.contains(&format!("refused, nothing written: {why}")), "{console}");
-    }
+    let (code, console) = boot(&swapped, &swapped.with_extension("log"), None);
+    assert_eq!(booted(code, &console), 63, "booted on the old layout");
+    let why = "refused, nothing written: no attached disk is the one scheduled";
+    assert!(console.contains(why), "{console}");
 }
 
 fn a_separate_boot_at_lba_63_and_the_root_both_move_at_boot() {

@@ -741,7 +741,7 @@ fn a_full_journal_file_system_stops_the_move_until_there_is_room() {
         return;
     }
     let (image, before) = patterned_at_63();
-    let fs = Image::new(48 * MIB);
+    let fs = Image::new(64 * MIB);
     run("mkfs.ext4", &["-q", "-F", "-m", "0", fs.str()]);
     let mount = common::Mount::new(fs.str(), &["-o", "loop"]);
     let free = || rustix::fs::statvfs(&mount.dir).map(|s| s.f_bavail * s.f_frsize).unwrap();
@@ -788,7 +788,7 @@ fn a_journal_file_system_gone_read_only_stops_the_move_until_it_is_writable() {
         return;
     }
     let (image, before) = patterned_at_63();
-    let fs = Image::new(48 * MIB);
+    let fs = Image::new(64 * MIB);
     let fs_loop = Loop::attach(&fs.path, 512);
     let fs_dev = fs_loop.dev.to_str().unwrap();
     run("mkfs.ext4", &["-q", "-F", fs_dev]);

@@ -121,6 +121,9 @@ cmd_initramfs() {
 # GRUB reads through the BIOS under TCG.
 dracut_config() {
   local root=$1 compress=$2
+  # dracut's zstd is level 15: 9.6 s an image here, against 4.2 s at
+  # level 3 for an image of 14.5 MB instead of 13.0.
+  [ "$compress" != zstd ] || compress="zstd -3 -q -T0"
   mkdir -p "$root/etc/dracut.conf.d"
   : >"$root/etc/dracut.conf"
   cat >"$root/etc/dracut.conf.d/50-bootlab.conf" <<EOF
