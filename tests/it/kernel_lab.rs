@@ -74,7 +74,8 @@ fn topology_per_driver_agrees_with_the_kernel() {
         let mut mismatches = check_disk(label, r);
         mismatches.extend(check_drive(label, r));
         let verdict = if mismatches.is_empty() { "ok" } else { "MISMATCH" };
-        println!("{verdict:<8} {label}: kernel {}", r["kernel"]);
+        let took = format!("{} s, {} s before", r["seconds"], r["setup_seconds"]);
+        println!("{verdict:<8} {label}: kernel {} ({took})", r["kernel"]);
         for m in &mismatches {
             println!("  ✗ {m}");
         }

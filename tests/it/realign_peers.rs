@@ -195,6 +195,16 @@ fn one_sector_right_and_a_shift_longer_than_a_chunk() {
     assert!(text(&plan).contains(stale), "{}", text(&plan));
     assert_eq!(move_and_check(&state, &image, 1, &["1", "--to", "8"]), 8);
     e2fsck_clean(image.str(), 8, 512);
+    // 4 KiB to the right in 1 MiB chunks: 44 of them, each saved, the
+    // journal naming two at a time. Sizes a move cannot use are refused.
+    for bad in ["1000", "0", "128MiB"] {
+        let out = state.realign(&[image.str(), "1", "--to", "16", "--chunk-size", bad, "--yes"]);
+        assert_eq!(code(&out), 2, "{}", text(&out));
+        assert!(text(&out).contains("a multiple of 4 KiB, up to 64 MiB"), "{}", text(&out));
+    }
+    let small = ["1", "--to", "16", "--chunk-size", "1MiB"];
+    assert_eq!(move_and_check(&state, &image, 1, &small), 16);
+    e2fsck_clean(image.str(), 16, 512);
 }
 
 fn a_logical_partition_moves_inside_its_ebr_chain() {

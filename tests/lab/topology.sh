@@ -44,6 +44,7 @@ sys() {
 # record LABEL DEV
 record() {
   local label=$1 dev=$2 name=${2#/dev/} n p parts="" exit=0 aligned start size offset kernel audit
+  local t0=${EPOCHREALTIME/./} us
   printf 'label: dos\nstart=63,size=1\nstart=64,size=1984\nstart=2048,size=4096\n' |
     sfdisk -q "$dev" >/dev/null
   aligned=$'\n'$(parted "$dev" align-check min 1 align-check min 2 align-check min 3 </dev/null 2>&1 || true)$'\n'
@@ -83,10 +84,14 @@ record() {
     printf '{"label": "%s", "dev": "%s", "partitions": [%s], "audit_exit": %s,\n' "$label" "$dev" "$parts" "$exit"
     printf '"kernel": {"logical": %s, "physical": %s, "alignment_offset": %s, "minimum_io": %s, "optimal_io": %s},\n' \
       "$logical" "$physical" "$offset" "$minimum" "$optimal"
-    printf '"peers": {%s},\n"audit": %s}\n' "$peers" "$audit"
+    printf '"peers": {%s},\n"audit": %s,\n' "$peers" "$audit"
+    us=$((${EPOCHREALTIME/./} - t0))
+    printf '"seconds": %d.%02d, "setup_seconds": %s}\n' $((us / 1000000)) $((us % 1000000 / 10000)) "$setup"
   } >"$out/$label.json"
 }
 
+# Seconds it took to get a disk before its record (scsi_debug's load).
+setup=0
 for serial in "$@"; do
   record "$serial" "$(lab_disk "$serial")"
 done
@@ -109,6 +114,7 @@ scsi_debug_disk() {
 # Every first aligned LBA at 512 logical; at 4096, 4096 and 32768 physical.
 for geometry in 512-{0-0,1-{0,1},2-{0..3},3-{0..7}} 4096-{0-0,3-{0,1}}; do
   IFS=- read -r logical exp lowest <<<"$geometry"
+  t0=${EPOCHREALTIME/./}
   modprobe scsi_debug dev_size_mb=32 sector_size="$logical" physblk_exp="$exp" \
     lowest_aligned="$lowest"
   for _ in {1..100}; do
@@ -121,6 +127,8 @@ for geometry in 512-{0-0,1-{0,1},2-{0..3},3-{0..7}} 4096-{0-0,3-{0,1}}; do
   # sd probes asynchronously and udev then names the disk (lsblk's SERIAL
   # comes from udev's database): let both end.
   lab_settle
+  us=$((${EPOCHREALTIME/./} - t0))
+  setup=$((us / 1000000)).$((us % 1000000 / 100000))
   record "scsi_debug-$geometry" "$dev"
   modprobe -r scsi_debug
   for _ in {1..100}; do

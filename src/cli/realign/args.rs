@@ -68,7 +68,7 @@ pub struct Args {
     pub(super) no_read_check: bool,
 
     /// The bytes copied at a time, a multiple of 4 KiB up to 64 MiB. The
-    /// move holds three chunks in memory and, for a shift under a chunk,
+    /// move holds four chunks in memory and, for a shift under a chunk,
     /// up to three in its journal: smaller ones need less of both.
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = chunk_size)]
     pub(super) chunk_size: u64,

@@ -20,7 +20,7 @@ pub struct MoveOptions {
     /// The journal to use instead of the default place.
     pub journal: Option<PathBuf>,
     /// The bytes copied at a time (16 MiB): a multiple of 4096 up to
-    /// 64 MiB. The move holds three in memory and the journal up to three
+    /// 64 MiB. The move holds four in memory and the journal up to three
     /// saved ones, where a chunk overlaps its own source.
     pub chunk_bytes: u64,
 }
