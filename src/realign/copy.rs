@@ -666,60 +666,71 @@ pub(crate) mod tests {
             (40, 120, 4096, 2),
             (120, 7, 512, 2),
         ];
-        for (old, new, chunk, version) in cases {
-            let table_old = vec![1u8; 512];
-            let table_new = vec![2u8; 512];
-            let m = Move {
-                old_start: old,
-                new_start: new,
-                sectors: 100,
-                chunk_bytes: chunk,
-                writes: vec![Write {
-                    offset: 0,
-                    old: table_old.clone(),
-                    new: table_new.clone(),
-                    what: "mbr".into(),
-                }],
-                ..sample_move()
-            };
-            let mut original = image();
-            original[..512].copy_from_slice(&table_old);
-            let want = original[old as usize * 512..(old as usize + 100) * 512].to_vec();
-            let mut two_named = false;
-            for crash_after in 0.. {
-                let mut finished = false;
-                for keep in [0, 1, 2] {
-                    // tmpfs: thousands of journal flushes, none of them slow.
-                    let dir = tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
-                    let path = dir.as_ref().unwrap().path().join("j");
-                    let mut j = match version {
-                        1 => super::super::journal::create_version_1(&path, m.clone()),
-                        _ => Journal::create(&path, m.clone()).unwrap(),
+        // Side by side: each case on a thread (a panic in one fails the test).
+        std::thread::scope(|s| {
+            for (old, new, chunk, version) in cases {
+                s.spawn(move || {
+                    let table_old = vec![1u8; 512];
+                    let table_new = vec![2u8; 512];
+                    let m = Move {
+                        old_start: old,
+                        new_start: new,
+                        sectors: 100,
+                        chunk_bytes: chunk,
+                        writes: vec![Write {
+                            offset: 0,
+                            old: table_old.clone(),
+                            new: table_new.clone(),
+                            what: "mbr".into(),
+                        }],
+                        ..sample_move()
                     };
-                    let disk = Flaky::new(original.clone(), crash_after);
-                    finished = run(&disk, &mut j, &mut |_| {}).is_ok();
-                    drop(j);
-                    let survivor = if finished { disk.power_cut(1) } else { disk.power_cut(keep) };
-                    let disk = Flaky::new(survivor, u64::MAX);
-                    let mut j = Journal::open(&path).unwrap();
-                    assert_eq!(j.keeps(), version);
-                    two_named |= j.state.saved[1].is_some();
-                    run(&disk, &mut j, &mut |_| {})
-                        .unwrap_or_else(|e| panic!("{old}->{new}/{chunk} at {crash_after}: {e}"));
-                    let img = disk.power_cut(1);
-                    let got = &img[new as usize * 512..(new as usize + 100) * 512];
-                    assert!(got == want.as_slice(), "{old}->{new}/{chunk} crash at {crash_after}");
-                    assert_eq!(img[..512], table_new[..]);
-                    assert_eq!(j.state.phase, Phase::TableWritten);
-                }
-                if finished {
-                    break;
-                }
+                    let mut original = image();
+                    original[..512].copy_from_slice(&table_old);
+                    let want = original[old as usize * 512..(old as usize + 100) * 512].to_vec();
+                    let mut two_named = false;
+                    for crash_after in 0.. {
+                        let mut finished = false;
+                        for keep in [0, 1, 2] {
+                            // tmpfs: thousands of journal flushes, none of them slow.
+                            let dir =
+                                tempfile::tempdir_in("/dev/shm").or_else(|_| tempfile::tempdir());
+                            let path = dir.as_ref().unwrap().path().join("j");
+                            let mut j = match version {
+                                1 => super::super::journal::create_version_1(&path, m.clone()),
+                                _ => Journal::create(&path, m.clone()).unwrap(),
+                            };
+                            let disk = Flaky::new(original.clone(), crash_after);
+                            finished = run(&disk, &mut j, &mut |_| {}).is_ok();
+                            drop(j);
+                            let survivor =
+                                if finished { disk.power_cut(1) } else { disk.power_cut(keep) };
+                            let disk = Flaky::new(survivor, u64::MAX);
+                            let mut j = Journal::open(&path).unwrap();
+                            assert_eq!(j.keeps(), version);
+                            two_named |= j.state.saved[1].is_some();
+                            run(&disk, &mut j, &mut |_| {}).unwrap_or_else(|e| {
+                                panic!("{old}->{new}/{chunk} at {crash_after}: {e}")
+                            });
+                            let img = disk.power_cut(1);
+                            let got = &img[new as usize * 512..(new as usize + 100) * 512];
+                            assert!(
+                                got == want.as_slice(),
+                                "{old}->{new}/{chunk} crash at {crash_after}"
+                            );
+                            assert_eq!(img[..512], table_new[..]);
+                            assert_eq!(j.state.phase, Phase::TableWritten);
+                        }
+                        if finished {
+                            break;
+                        }
+                    }
+                    // A chunk's verification trailed the next one's write.
+                    let pipelined = version == 2 && m.needs_save(0) && m.chunks() > 2;
+                    assert_eq!(two_named, pipelined, "{old}->{new}/{chunk}, version {version}");
+                });
             }
-            // A chunk's verification trailed the next one's write.
-            let pipelined = version == 2 && m.needs_save(0) && m.chunks() > 2;
-            assert_eq!(two_named, pipelined, "{old}->{new}/{chunk}, version {version}");
-        }
+        });
     }
 
     /// A stop request between chunks leaves the journal at the chunk after
