@@ -202,6 +202,10 @@ fn one_sector_right_and_a_shift_longer_than_a_chunk() {
         assert_eq!(code(&out), 2, "{}", text(&out));
         assert!(text(&out).contains("a multiple of 4 KiB, up to 64 MiB"), "{}", text(&out));
     }
+    // A move at boot uses 16 MiB chunks: the option is refused there.
+    let boot = state.realign(&[image.str(), "--at-boot", "--chunk-size", "1MiB"]);
+    assert_eq!(code(&boot), 2, "{}", text(&boot));
+    assert!(text(&boot).contains("cannot be used with '--chunk-size"), "{}", text(&boot));
     let small = ["1", "--to", "16", "--chunk-size", "1MiB"];
     assert_eq!(move_and_check(&state, &image, 1, &small), 16);
     e2fsck_clean(image.str(), 16, 512);

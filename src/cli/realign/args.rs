@@ -69,7 +69,8 @@ pub struct Args {
 
     /// The bytes copied at a time, a multiple of 4 KiB up to 64 MiB. The
     /// move holds four chunks in memory and, for a shift under a chunk,
-    /// up to three in its journal: smaller ones need less of both.
+    /// up to three in its journal: smaller ones need less of both. Not
+    /// with --at-boot, whose move uses 16 MiB chunks.
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = chunk_size)]
     pub(super) chunk_size: u64,
 
@@ -108,7 +109,7 @@ pub struct Args {
     /// --yes records the plan, installs a hook for the system's initramfs
     /// generator (initramfs-tools or dracut) and rebuilds the initramfs.
     /// Alone (no disk): where the scheduled or last such move stands.
-    #[arg(long, conflicts_with_all = ["undo", "rescue", "clean", "status", "json", "journal"])]
+    #[arg(long, conflicts_with_all = ["undo", "rescue", "clean", "status", "json", "journal", "chunk_size"])]
     pub(super) at_boot: bool,
 
     /// With --at-boot: take back a scheduled move no boot has begun.
