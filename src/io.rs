@@ -13,6 +13,18 @@ pub trait ReadAt {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
 }
 
+impl<T: ReadAt + ?Sized> ReadAt for &T {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_exact_at(buf, offset)
+    }
+}
+
+impl<T: ReadAt + ?Sized> ReadAt for Box<T> {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_exact_at(buf, offset)
+    }
+}
+
 impl ReadAt for std::fs::File {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         std::os::unix::fs::FileExt::read_exact_at(self, buf, offset)
@@ -225,15 +237,19 @@ fn fill(file: &File, buf: &mut [u8], at: u64) -> io::Result<usize> {
     Ok(done)
 }
 
-/// One read-only pass over a disk (an audit), each 64 KiB window of it
-/// read once: the scheme probes and layer parsers ask for the same few
-/// sectors again and again (an audit of an MBR disk made 165 reads), and
-/// on a USB bridge, a failing drive or an emulated disk each read is a
-/// command. Never for a pass that writes: a window, once read, is kept.
-pub(crate) struct ReadCache<'a> {
-    dev: &'a dyn ReadAt,
+/// A disk whose 64 KiB windows are each read once while the cache is on:
+/// the scheme probes and layer parsers ask for the same few sectors again
+/// and again (an audit of an MBR disk made 165 reads, a move's planning as
+/// many), and on a USB bridge, a failing drive or an emulated disk each
+/// read is a command. Only over reads no write can come between: an audit
+/// (on for its whole life, [`ReadCache::new`]) or a span of a move's
+/// planning ([`ReadCache::off`], then [`ReadCache::keep`]). A window, once
+/// read, is kept until the cache is turned off.
+pub(crate) struct ReadCache<R> {
+    dev: R,
     size: u64,
-    windows: std::sync::Mutex<std::collections::HashMap<u64, Vec<u8>>>,
+    /// None while off: reads go to the disk.
+    windows: std::sync::Mutex<Option<std::collections::HashMap<u64, Vec<u8>>>>,
 }
 
 /// The unit read and kept.
@@ -242,17 +258,34 @@ const WINDOW: u64 = 64 << 10;
 /// straight to the disk.
 const MAX_WINDOWS: usize = 256;
 
-impl<'a> ReadCache<'a> {
-    /// `dev`, of `size` bytes.
-    pub(crate) fn new(dev: &'a dyn ReadAt, size: u64) -> ReadCache<'a> {
-        ReadCache { dev, size, windows: Default::default() }
+impl<R: ReadAt> ReadCache<R> {
+    /// `dev`, of `size` bytes, cached from the start.
+    pub(crate) fn new(dev: R, size: u64) -> ReadCache<R> {
+        ReadCache { dev, size, windows: std::sync::Mutex::new(Some(Default::default())) }
+    }
+
+    /// `dev`, of `size` bytes, read as it is until [`ReadCache::keep`].
+    pub(crate) fn off(dev: R, size: u64) -> ReadCache<R> {
+        ReadCache { dev, size, windows: std::sync::Mutex::new(None) }
+    }
+
+    /// Cache until the span returned is dropped (where it was off: a span
+    /// inside another keeps what the outer one read).
+    pub(crate) fn keep(&self) -> Span<'_, R> {
+        let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
+        let turned_on = windows.is_none();
+        if turned_on {
+            *windows = Some(Default::default());
+        }
+        Span { cache: self, turned_on }
     }
 
     /// Copy `buf.len()` bytes at `offset` from the windows, reading those
-    /// not kept yet; false when a window cannot be read whole (the end of
-    /// the disk, an unreadable sector in it) or the cache is full.
+    /// not kept yet; false when off, when a window cannot be read whole
+    /// (the end of the disk, an unreadable sector in it) or when full.
     fn copy_windows(&self, buf: &mut [u8], offset: u64) -> bool {
-        let Ok(mut windows) = self.windows.lock() else { return false };
+        let Ok(mut guard) = self.windows.lock() else { return false };
+        let Some(windows) = guard.as_mut() else { return false };
         let end = offset.saturating_add(buf.len() as u64);
         let mut at = offset;
         while at < end {
@@ -284,7 +317,7 @@ impl<'a> ReadCache<'a> {
     }
 }
 
-impl ReadAt for ReadCache<'_> {
+impl<R: ReadAt> ReadAt for ReadCache<R> {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         // A large read gains nothing; a window that fails may fail for a
         // sector outside `buf`, which the disk itself then answers for.
@@ -292,6 +325,21 @@ impl ReadAt for ReadCache<'_> {
             return self.dev.read_exact_at(buf, offset);
         }
         Ok(())
+    }
+}
+
+/// A [`ReadCache`] kept on: dropping it turns the cache off again (and
+/// forgets what was read) if it was off before.
+pub(crate) struct Span<'a, R> {
+    cache: &'a ReadCache<R>,
+    turned_on: bool,
+}
+
+impl<R> Drop for Span<'_, R> {
+    fn drop(&mut self) {
+        if self.turned_on {
+            *self.cache.windows.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 }
 
@@ -425,6 +473,36 @@ mod tests {
 
     /// An unreadable sector fails only the reads that cover it, as on the
     /// disk itself: a window holding it is read by the range asked for.
+    /// Off, every read goes to the disk; within a span each window is read
+    /// once, and a span inside it keeps those; once the outer span ends,
+    /// the disk is read again (it may have been written since).
+    #[test]
+    fn a_cache_off_reads_the_disk_and_a_span_keeps_its_windows() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let disk = counted(4 * WINDOW as usize, None);
+        let cache = ReadCache::off(&disk, 4 * WINDOW);
+        let read = || cache.read_exact_at(&mut [0u8; 512], 512).unwrap();
+        read();
+        read();
+        assert_eq!(disk.reads.load(Relaxed), 2);
+        {
+            let _outer = cache.keep();
+            read();
+            {
+                let _inner = cache.keep();
+                read();
+            }
+            read();
+            assert_eq!(disk.reads.load(Relaxed), 3);
+        }
+        read();
+        assert_eq!(disk.reads.load(Relaxed), 4);
+        let _again = cache.keep();
+        read();
+        read();
+        assert_eq!(disk.reads.load(Relaxed), 5, "a new span reads the disk again");
+    }
+
     #[test]
     fn an_unreadable_sector_fails_only_its_own_reads() {
         let disk = counted(2 * WINDOW as usize, Some(4096));

@@ -18,6 +18,7 @@ impl Session {
     /// The partitions to move: those named, or every misaligned one whose
     /// contents do not make up for its start (see [`Session::compensated`]).
     pub fn wanted(&self, named: &[u32]) -> Result<Vec<u32>, SessionError> {
+        let _span = self.reader.keep();
         let layout = self.layout()?;
         if !named.is_empty() {
             if let Some(n) =
@@ -37,11 +38,12 @@ impl Session {
     /// data area inside is on one: a move would misalign their data, so
     /// they are moved only when named, with `misalign_layers`.
     pub fn compensated(&self) -> Result<Vec<u32>, SessionError> {
+        let _span = self.reader.keep();
         let layout = self.layout()?;
         let ss = self.geometry.logical;
         let kept = self
             .misaligned(&layout)
-            .filter(|p| layers::compensated(&layers::of(&*self.reader, p, ss), &self.geometry));
+            .filter(|p| layers::compensated(&layers::of(&self.reader, p, ss), &self.geometry));
         Ok(kept.map(|p| p.number).collect())
     }
 
@@ -104,10 +106,10 @@ impl Session {
         // to overwrite, not a boot loader's.
         let stale = Cell::new(None);
         let nonzero = |lbas: Range<u64>| {
-            if !holds_data(&*self.reader, lbas.clone(), ss) {
+            if !holds_data(&self.reader, lbas.clone(), ss) {
                 return false;
             }
-            let ours = part.is_some_and(|p| stale_copy(&*self.reader, lbas.clone(), p, ss));
+            let ours = part.is_some_and(|p| stale_copy(&self.reader, lbas.clone(), p, ss));
             if ours {
                 stale.set(Some(lbas));
             }
@@ -129,7 +131,7 @@ impl Session {
         }
         if !req.force {
             if let Some(why) = guard::boot_loader(
-                &*self.reader,
+                &self.reader,
                 &placed.partition,
                 self.geometry.logical,
                 &self.target.path,
@@ -149,7 +151,7 @@ impl Session {
     /// What moving the partition as `placed` says does to each layer in it.
     pub(super) fn layer_shifts(&self, placed: &Placement) -> Vec<LayerShift> {
         let p = &placed.partition;
-        let found = layers::of(&*self.reader, p, self.geometry.logical);
+        let found = layers::of(&self.reader, p, self.geometry.logical);
         layers::shifts(&found, &self.geometry, p.start, placed.new_start)
     }
 }

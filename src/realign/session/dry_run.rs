@@ -106,6 +106,7 @@ impl Session {
         opts: &MoveOptions,
         wanted: &[u32],
     ) -> Result<Vec<PlannedMove>, SessionError> {
+        let _span = self.reader.keep();
         let layout = self.layout()?;
         let mut report = Vec::new();
         for placed in self.place_all(opts, wanted)? {
@@ -132,7 +133,7 @@ impl Session {
         let identity = self.identity.clone();
         let target = &self.target.path;
         let prepared =
-            prepare(&*self.reader, target, layout, placement, identity, opts.chunk_bytes)?;
+            prepare(&self.reader, target, layout, placement, identity, opts.chunk_bytes)?;
         let m = &prepared.record;
         let journaled = m.shift_bytes() < m.chunk_bytes && m.chunks() > 0;
         let rate = self.host.read_rate(m.old_start * m.sector_size, m.bytes());
@@ -200,7 +201,7 @@ impl Session {
         if let (Some(p), Some(missing)) = (p, missing) {
             let ss = layout.sector_size;
             let (at, len) = (p.start.saturating_mul(ss), p.size.saturating_mul(ss));
-            let contents = crate::stack::identify(&*self.reader, at, len).ok().flatten();
+            let contents = crate::stack::identify(&self.reader, at, len).ok().flatten();
             let node = crate::advise::Node::of(&self.target, partition);
             why += &format!(
                 ". To make room, shrink it by at least {} ({missing} sectors): {}; then shrink \

@@ -28,7 +28,7 @@ pub trait Host {
     /// Bytes per second reading the target at `offset`: the estimate's basis.
     fn read_rate(&self, offset: u64, bytes: u64) -> Option<f64>;
     /// The target for reading what is on it, not in a cache (O_DIRECT).
-    fn direct_reader(&self) -> Result<Box<dyn ReadAt>, SessionError>;
+    fn direct_reader(&self) -> Result<Box<dyn ReadAt + Sync>, SessionError>;
     /// Whether the target is still there, asked after an I/O error: a disk
     /// unplugged or dropped by its controller has left sysfs.
     fn present(&self) -> bool;
@@ -107,7 +107,7 @@ impl Host for DiskHost {
     }
 
     /// O_DIRECT, or buffered where the file system refuses it (tmpfs).
-    fn direct_reader(&self) -> Result<Box<dyn ReadAt>, SessionError> {
+    fn direct_reader(&self) -> Result<Box<dyn ReadAt + Sync>, SessionError> {
         let path = &self.target.path;
         let file = crate::bench::open_direct(path, crate::bench::Mode::Read, false)
             .or_else(|_| File::open(path))

@@ -18,20 +18,20 @@ impl Session {
             if j.state.phase.finished() {
                 return Ok(None);
             }
-            if !state::applies(&j.record, &*self.reader, &self.identity) {
+            if !state::applies(&j.record, &self.reader, &self.identity) {
                 let (journal, target) = (path.to_path_buf(), self.target.path.clone());
                 return Err(MoveRefusal::OtherDisk { journal, target }.into());
             }
             return Ok(Some(j));
         }
-        if let Some((_, j)) = self.store.unfinished_on(&*self.reader, &self.identity) {
+        if let Some((_, j)) = self.store.unfinished_on(&self.reader, &self.identity) {
             return Ok(Some(j));
         }
         // A kill between creating the journal and recording it leaves a
         // journal at its default place with no record pointing at it.
         Ok(self.default_journals().into_iter().find_map(|path| {
             let j = Journal::open(&path).ok()?;
-            let applies = state::applies(&j.record, &*self.reader, &self.identity);
+            let applies = state::applies(&j.record, &self.reader, &self.identity);
             (!j.state.phase.finished() && applies).then_some(j)
         }))
     }
@@ -54,7 +54,7 @@ impl Session {
         let ours = |j: &Journal| {
             let at = j.path();
             mine.iter().chain(&explicit).any(|p| p == at)
-                || state::applies(&j.record, &*self.reader, &self.identity)
+                || state::applies(&j.record, &self.reader, &self.identity)
         };
         let listed = self.store.journals(mine.iter().chain(&explicit).cloned());
         listed.into_iter().filter(ours).collect()

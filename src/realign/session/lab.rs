@@ -132,7 +132,7 @@ impl Host for Mem {
         None
     }
 
-    fn direct_reader(&self) -> Result<Box<dyn ReadAt>, SessionError> {
+    fn direct_reader(&self) -> Result<Box<dyn ReadAt + Sync>, SessionError> {
         Ok(Box::new(self.clone()))
     }
 

@@ -6,7 +6,7 @@ use super::host::{DiskHost, Host};
 use crate::align::Geometry;
 use crate::device::vmimage::{Access, Export, ImageFormat};
 use crate::device::{self, DeviceError, Overrides, SysRoot, Target, Topology};
-use crate::io::ReadAt;
+use crate::io::{ReadAt, ReadCache};
 use crate::open::Opened;
 use crate::realign::state::Store;
 use crate::realign::{guard, place, Identity};
@@ -19,8 +19,9 @@ pub struct Session {
     pub(super) topology: Topology,
     pub(super) geometry: Geometry,
     pub(super) identity: Identity,
-    /// Read-only, for tables and checks.
-    pub(super) reader: Box<dyn ReadAt>,
+    /// Read-only, for tables and checks; cached only within a span of
+    /// planning that no write can come between ([`ReadCache::keep`]).
+    pub(super) reader: ReadCache<Box<dyn ReadAt>>,
     pub(super) host: Box<dyn Host>,
     pub(super) store: Store,
     /// A VM image's format, and the export its guest disk is moved
@@ -92,6 +93,7 @@ impl Session {
         host: Box<dyn Host>,
     ) -> Session {
         let store = Store::default();
+        let reader = ReadCache::off(reader, topology.size_bytes);
         Session { target, topology, geometry, identity, reader, host, store, image: None }
     }
 
@@ -118,7 +120,7 @@ impl Session {
         Ok(layout
             .partitions
             .iter()
-            .find(|p| guard::hibernation(&*self.reader, p, ss))
+            .find(|p| guard::hibernation(&self.reader, p, ss))
             .map(|p| p.number))
     }
 
@@ -129,7 +131,7 @@ impl Session {
 
     pub fn layout(&self) -> Result<Layout, SessionError> {
         let ss = self.topology.logical_sector_size.value;
-        let layout = table::read(&*self.reader, ss, self.topology.size_bytes)
+        let layout = table::read(&self.reader, ss, self.topology.size_bytes)
             .map_err(|source| SessionError::Table { path: self.target.path.clone(), source })?;
         guard::table_problems(&layout)?;
         Ok(layout)
@@ -140,7 +142,8 @@ impl Session {
     pub(super) fn fat_warning(&self, n: u32, start: u64, sectors: u64) -> Option<String> {
         let ss = self.topology.logical_sector_size.value;
         let (at, len) = (start.checked_mul(ss)?, sectors.checked_mul(ss)?);
-        let layers = crate::stack::walk(&*self.reader, at, len);
+        let _span = self.reader.keep();
+        let layers = crate::stack::walk(&self.reader, at, len);
         let dev = crate::advise::Node::of(&self.target, n).shell();
         place::fat_data_warning(&layers, self.geometry.physical, &dev, len)
     }

@@ -72,7 +72,7 @@ impl Session {
     pub(super) fn holders(&self, m: &Move, bad: &[Range<u64>]) -> Option<String> {
         let ss = m.sector_size;
         let at = m.old_start.checked_mul(ss)?;
-        let layers = crate::stack::walk(&*self.reader, at, m.bytes());
+        let layers = crate::stack::walk(&self.reader, at, m.bytes());
         let ext = layers.iter().find_map(|l| match l.details {
             crate::stack::Details::Ext { block_bytes, .. } if l.depth == 0 => Some(block_bytes),
             _ => None,

@@ -39,7 +39,11 @@ impl Session {
             std::fs::create_dir_all(dir)
                 .map_err(io_error(format!("creating {}", dir.display())))?;
         }
+        // Nothing is written until the first journal: the planning reads
+        // each sector once, up to the first move and after each one.
+        let mut span = Some(self.reader.keep());
         for placed in self.place_all(opts, wanted)? {
+            let planning = span.take().unwrap_or_else(|| self.reader.keep());
             let placement = match placed {
                 Ok(p) => p,
                 Err(err @ PlaceError::AlreadyAligned(..)) => {
@@ -66,13 +70,14 @@ impl Session {
                 return Ok(untouched());
             }
             let prepared = prepare(
-                &*self.reader,
+                &self.reader,
                 &self.target.path,
                 &layout,
                 &placement,
                 self.identity.clone(),
                 opts.chunk_bytes,
             )?;
+            drop(planning);
             if opts.read_check && self.read_check(opts, &prepared.record, events)? == Scan::Stopped
             {
                 return Ok(untouched());
