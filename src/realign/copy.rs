@@ -234,7 +234,7 @@ fn copy(
             Some(read) => read,
             None => pipe.full.recv().map_err(|_| gone("reading", &m))?,
         };
-        let (buf, around) = match read {
+        let (buf, crc, around) = match read {
             Ok(read) => read,
             Err(e) => return Err(keep_progress(disk, j, pipe, k, committed, tick, e)),
         };
@@ -246,18 +246,22 @@ fn copy(
         }
         let data = &buf.bytes()[..len as usize];
         let ready_now = ready.take().filter(|s| s.chunk == k);
-        let crc = ready_now.map_or_else(|| crc32fast::hash(data), |s| s.crc);
         j.checksums.push(crc);
         let save = m.needs_save(k);
         if ready_now.is_none() && (save || m.needs_commit(committed, k)) {
-            let mine = if save { Some(j.save(k, data)?) } else { None };
-            let before = trailing.filter(|t| t.chunk + 1 == k && mine.is_some() && j.keeps() > 1);
-            let cursor = if before.is_some() { k - 1 } else { k };
-            pipe.verified_before(cursor, &m, tick)?;
+            // The flush first: the verifier rereads beside it.
             if dirty {
                 disk.flush().map_err(|e| io_at("flushing after", src, &m, e))?;
                 dirty = false;
             }
+            let mine = if save { Some(j.save(k, data, crc)?) } else { None };
+            let before = trailing.filter(|t| t.chunk + 1 == k && mine.is_some() && j.keeps() > 1);
+            let cursor = match (before, mine) {
+                (Some(_), _) => k - 1,
+                (None, Some(_)) => k,
+                (None, None) => m.cursor_for(committed, k),
+            };
+            pipe.verified_before(cursor, &m, tick)?;
             let next = ahead.take().filter(|a| a.chunk == k + 1);
             let saved: Vec<SavedChunk> = before.into_iter().chain(mine).chain(next).collect();
             j.commit(Phase::Copying, cursor, &saved)?;
@@ -292,11 +296,17 @@ fn copy(
         tick(len);
         let _ = pipe.written.send((k, Some(crc)));
         let _ = pipe.free.send(buf);
+        // The next chunk's commit needs this write durable: flushed now,
+        // beside the reads in flight, not after the next chunk's read.
+        if k + 1 < m.chunks() && (m.needs_save(k + 1) || m.needs_commit(committed, k + 1)) {
+            disk.flush().map_err(|e| io_at("flushing after", dst, &m, e))?;
+            dirty = false;
+        }
         pipe.drain(tick)?;
         let stopping = stop();
         if stopping || last_commit.elapsed() >= COMMIT_EVERY {
-            pipe.verified_before(k + 1, &m, tick)?;
             disk.flush().map_err(|e| io_at("flushing after", dst, &m, e))?;
+            pipe.verified_before(k + 1, &m, tick)?;
             // Chunk k+1 stays named if it is: its write may start at once.
             j.commit(Phase::Copying, k + 1, &named_from(j, k + 1))?;
             (committed, last_commit, dirty, trailing) = (k + 1, Instant::now(), false, None);
@@ -308,8 +318,8 @@ fn copy(
     }
     // Every chunk verified and durable: the commit of `Verified` that
     // follows lets the last saved chunks go (nothing could copy them again).
-    pipe.finish(&m, tick, stop)?;
-    disk.flush().map_err(|e| io_at("flushing after", m.new_start * m.sector_size, &m, e))
+    disk.flush().map_err(|e| io_at("flushing after", m.new_start * m.sector_size, &m, e))?;
+    pipe.finish(&m, tick, stop)
 }
 
 /// Whether the last commit names chunk `k` and at most the one before it
@@ -340,8 +350,8 @@ fn commit_next(
     tick: &mut dyn FnMut(u64),
 ) -> Result<Option<SavedChunk>, MoveError> {
     let m = j.record.clone();
-    let Ok((buf, _)) = read else { return Ok(None) };
-    let Ok(next) = j.save(k + 1, &buf.bytes()[..m.chunk(k + 1).1 as usize]) else {
+    let Ok((buf, crc, _)) = read else { return Ok(None) };
+    let Ok(next) = j.save(k + 1, &buf.bytes()[..m.chunk(k + 1).1 as usize], *crc) else {
         return Ok(None);
     };
     pipe.verified_before(k, &m, tick)?;
@@ -379,8 +389,9 @@ fn keep_progress(
 /// the reads took; None when not rescuing or not read from the disk.
 type Around = Option<(Vec<std::ops::Range<u64>>, Duration)>;
 
-/// A chunk's source bytes as the reader hands them over.
-type Read = Result<(AlignedBuf, Around), MoveError>;
+/// A chunk's source bytes as the reader hands them over, with their
+/// checksum (taken there, beside the copy's writes).
+type Read = Result<(AlignedBuf, u32, Around), MoveError>;
 
 fn map_error(map: &Map, source: io::Error) -> MoveError {
     MoveError::Map { path: map.path().to_path_buf(), source }
@@ -479,7 +490,8 @@ fn read_ahead(
             Ok(false) => read(disk, data, src, m, "reading").map(|()| None),
         };
         let failed = got.is_err();
-        if full.send(got.map(|around| (buf, around))).is_err() || failed {
+        let crc = crc32fast::hash(data);
+        if full.send(got.map(|around| (buf, crc, around))).is_err() || failed {
             return;
         }
     }
@@ -665,6 +677,9 @@ pub(crate) mod tests {
             (63, 56, 2048, 2),
             (40, 120, 4096, 2),
             (120, 7, 512, 2),
+            (63, 68, 1024, 2),
+            (68, 63, 1024, 2),
+            (63, 66, 1024, 2),
         ];
         // Side by side: each case on a thread (a panic in one fails the test).
         std::thread::scope(|s| {

@@ -308,16 +308,18 @@ impl Journal {
         Ok(())
     }
 
-    /// Put chunk `chunk`'s source bytes in its save area (not yet durable:
-    /// the commit that names them flushes them). Never an area the last
-    /// commit names: the chunk after the last one named at most.
-    pub fn save(&self, chunk: u64, bytes: &[u8]) -> Result<SavedChunk, JournalError> {
+    /// Put chunk `chunk`'s source bytes, of checksum `crc`, in its save
+    /// area (not yet durable: the commit that names them flushes them).
+    /// The chunk after the last one named at most. Never an area the last
+    /// commit names, but on a resume that of the next chunk, whose source
+    /// the commit after it lets be overwritten: the same bytes again.
+    pub fn save(&self, chunk: u64, bytes: &[u8], crc: u32) -> Result<SavedChunk, JournalError> {
         let at = self.save_area(chunk);
         let aligned = bytes.len() % 4096 == 0 && bytes.as_ptr().align_offset(4096) == 0;
         let file = self.direct.as_ref().filter(|_| aligned).unwrap_or(&self.file);
         file.write_all_at(bytes, at)
             .map_err(|source| JournalError::Io { path: self.path.clone(), source })?;
-        Ok(SavedChunk { chunk, len: bytes.len() as u64, crc: crc32fast::hash(bytes) })
+        Ok(SavedChunk { chunk, len: bytes.len() as u64, crc })
     }
 
     /// The saved chunks the last commit names at or after its cursor.
@@ -493,7 +495,7 @@ mod tests {
         let mut j = Journal::create(&path, sample_move()).unwrap();
         j.checksums = vec![11, 22, 33];
         j.commit(Phase::Copying, 2, &[]).unwrap();
-        let saved = j.save(2, &[7u8; 512]).unwrap();
+        let saved = j.save(2, &[7u8; 512], crc32fast::hash(&[7u8; 512])).unwrap();
         j.commit(Phase::Copying, 2, &[saved]).unwrap();
         let back = Journal::open(&path).unwrap();
         assert_eq!(back.state, j.state);
@@ -518,14 +520,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("j");
         let mut j = Journal::create(&path, sample_move()).unwrap();
-        let s0 = j.save(0, &[10u8; 512]).unwrap();
+        let s0 = j.save(0, &[10u8; 512], crc32fast::hash(&[10u8; 512])).unwrap();
         j.commit(Phase::Copying, 0, &[s0]).unwrap();
-        let s1 = j.save(1, &[11u8; 512]).unwrap();
+        let s1 = j.save(1, &[11u8; 512], crc32fast::hash(&[11u8; 512])).unwrap();
         j.checksums = vec![1];
         j.commit(Phase::Copying, 1, &[s1]).unwrap();
-        let s2 = j.save(2, &[12u8; 512]).unwrap();
+        let s2 = j.save(2, &[12u8; 512], crc32fast::hash(&[12u8; 512])).unwrap();
         j.commit(Phase::Copying, 1, &[s1, s2]).unwrap();
-        j.save(3, &[13u8; 512]).unwrap();
+        j.save(3, &[13u8; 512], crc32fast::hash(&[13u8; 512])).unwrap();
         let back = Journal::open(&path).unwrap();
         assert_eq!((back.keeps(), back.state.saved), (2, [Some(s1), Some(s2)]));
         let mut buf = [0u8; 512];
@@ -567,7 +569,7 @@ mod tests {
         assert_eq!(old.encode(), h, "written back as it was");
         j.keeps = 1;
         j.checksums = vec![1, 2, 3];
-        let s3 = j.save(3, &[3u8; 512]).unwrap();
+        let s3 = j.save(3, &[3u8; 512], crc32fast::hash(&[3u8; 512])).unwrap();
         j.commit(Phase::Copying, 3, &[s3]).unwrap();
         j.commit(Phase::Copying, 3, &[s3]).unwrap();
         let back = Journal::open(&path).unwrap();
@@ -591,7 +593,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("j");
             let mut j = Journal::create(&path, sample_move()).unwrap();
-            let saved = j.save(1, &[9u8; 1024]).unwrap();
+            let saved = j.save(1, &[9u8; 1024], crc32fast::hash(&[9u8; 1024])).unwrap();
             j.commit(Phase::Copying, 0, &[saved]).unwrap();
             tear(&File::options().write(true).open(&path).unwrap(), j.save_area(1));
             assert!(!Journal::open(&path).unwrap().saved(1, &mut [0u8; 1024]).unwrap());

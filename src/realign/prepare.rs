@@ -92,7 +92,7 @@ pub(crate) fn prepare(
         old_start: p.start,
         new_start: placement.new_start,
         sectors: p.size,
-        chunk_bytes,
+        chunk_bytes: super::chunk_for(chunk_bytes, new_offset.abs_diff(offset)),
         contents: contents.as_ref().map(|c| c.name.to_string()),
         before,
         writes,

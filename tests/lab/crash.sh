@@ -39,7 +39,10 @@ case_def() {
   case $1 in
     # 1 MiB chunks: four, each saved, two named by a header at a time.
     mbr-63-64) ss=512 n=1 table='printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' args=(--to 64 --chunk-size 1MiB) ;;
-    mbr-63-2048) ss=512 n=1 table='printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' args=(--to 2048) ;;
+    # A shift of one to two 512 KiB chunks: 496 KiB chunks, nine, each
+    # write overwriting the sources of the second and third before it, so
+    # the cursor trails by a chunk whose verification trails the write.
+    mbr-63-2048) ss=512 n=1 table='printf "label: dos\nstart=63,size=8192\n" | sfdisk -q "$T"' args=(--to 2048 --chunk-size 512KiB) ;;
     gpt-34-2048) ss=512 n=1 table='sgdisk -a 1 -n 1:34:+4M "$T" >/dev/null' args=(--to 2048) ;;
     # Logical 6's EBR (16384) moves to 16383, before the copy covers it.
     logical) ss=512 n=6 table='printf "label: dos\nstart=2048,size=40000,type=5\nstart=2056,size=8192\nstart=16385,size=8192\n" | sfdisk -q "$T"' args=(--to 16384) ;;

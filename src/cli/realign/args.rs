@@ -67,10 +67,11 @@ pub struct Args {
     #[arg(long)]
     pub(super) no_read_check: bool,
 
-    /// The bytes copied at a time, a multiple of 4 KiB up to 64 MiB. The
-    /// move holds four chunks in memory and, for a shift under a chunk,
-    /// up to three in its journal: smaller ones need less of both. Not
-    /// with --at-boot, whose move uses 16 MiB chunks.
+    /// The most bytes copied at a time, a multiple of 4 KiB up to 64 MiB
+    /// (a shift of one to two chunks is copied in chunks of half the
+    /// shift). The move holds four chunks in memory and, for a shift under
+    /// a chunk, up to three in its journal: smaller ones need less of both.
+    /// Not with --at-boot, whose move uses 16 MiB chunks.
     #[arg(long, value_name = "SIZE", default_value = "16MiB", value_parser = chunk_size)]
     pub(super) chunk_size: u64,
 
