@@ -7,6 +7,8 @@
 use crate::io::{AlignedBuf, ReadAt};
 use std::io;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Bytes read at once: large enough to run at the disk's sequential speed
 /// (as `dd bs=4M iflag=direct`), a multiple of every sector size.
@@ -25,9 +27,11 @@ pub enum Scan {
 /// `dev` (opened O_DIRECT where it can be), `progress` told of each byte
 /// read. A chunk that fails with a medium error is split until each
 /// unreadable sector is found; any other error (the device gone) ends the
-/// scan with it.
+/// scan with it. Two chunks are read at a time, on this thread and one
+/// beside it: a disk's queue is kept busy while a read's answer travels
+/// (`dd` has one read in flight).
 pub fn scan(
-    dev: &dyn ReadAt,
+    dev: &(dyn ReadAt + Sync),
     start: u64,
     sectors: u64,
     ss: u64,
@@ -38,18 +42,64 @@ pub fn scan(
     let end = start
         .checked_add(sectors)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "LBA range overflows"))?;
-    let mut buf = AlignedBuf::new(usize::try_from(per_chunk * ss).unwrap_or(CHUNK as usize), 0);
-    let mut bad = Vec::new();
-    let mut lba = start;
-    while lba < end {
-        if stop() {
-            return Ok(Scan::Stopped);
-        }
-        let n = per_chunk.min(end - lba);
-        find_bad(dev, lba..lba + n, ss, &mut buf, &mut bad)?;
-        progress(n.saturating_mul(ss));
-        lba += n;
+    if stop() {
+        return Ok(Scan::Stopped);
     }
+    let chunks = sectors.div_ceil(per_chunk);
+    let (next, read, halt) = (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
+    let bad = Mutex::new(Vec::new());
+    // Claim the next chunk and read it, until none is left, `halt`, or an
+    // error other than a medium error.
+    let reader = |between: &mut dyn FnMut()| -> io::Result<()> {
+        let mut buf = AlignedBuf::new(usize::try_from(per_chunk * ss).unwrap_or(CHUNK as usize), 0);
+        let mut found = Vec::new();
+        loop {
+            between();
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if halt.load(Ordering::Relaxed) || i >= chunks {
+                break;
+            }
+            let lba = start + i * per_chunk;
+            let n = per_chunk.min(end - lba);
+            if let Err(e) = find_bad(dev, lba..lba + n, ss, &mut buf, &mut found) {
+                halt.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+            read.fetch_add(n.saturating_mul(ss), Ordering::Relaxed);
+        }
+        bad.lock().unwrap_or_else(|e| e.into_inner()).append(&mut found);
+        Ok(())
+    };
+    let mut told = 0;
+    let mut stopped = false;
+    let (mine, beside) = std::thread::scope(|s| {
+        let beside = s.spawn(|| reader(&mut || {}));
+        let mine = reader(&mut || {
+            let now = read.load(Ordering::Relaxed);
+            if now > told {
+                progress(now - told);
+                told = now;
+            }
+            if !stopped && stop() {
+                stopped = true;
+                halt.store(true, Ordering::Relaxed);
+            }
+        });
+        (mine, beside.join())
+    });
+    mine?;
+    beside.map_err(|_| io::Error::other("the scan's second reader ended without a word"))??;
+    // The second reader's last chunks, read after this thread's last word.
+    let all = read.load(Ordering::Relaxed);
+    if all > told {
+        progress(all - told);
+    }
+    // A stop asked once every sector is read stops nothing.
+    if stopped && all < sectors.saturating_mul(ss) {
+        return Ok(Scan::Stopped);
+    }
+    let mut bad = bad.into_inner().unwrap_or_else(|e| e.into_inner());
+    bad.sort_by_key(|r| r.start);
     Ok(Scan::Done(merge(bad)))
 }
 
@@ -196,12 +246,12 @@ mod tests {
     struct Failing {
         sectors: u64,
         bad: Vec<u64>,
-        reads: std::cell::Cell<u64>,
+        reads: AtomicU64,
     }
 
     impl ReadAt for Failing {
         fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-            self.reads.set(self.reads.get() + 1);
+            self.reads.fetch_add(1, Ordering::Relaxed);
             let (first, n) = (offset / 512, buf.len() as u64 / 512);
             if first + n > self.sectors {
                 return Err(io::ErrorKind::UnexpectedEof.into());
@@ -218,7 +268,7 @@ mod tests {
         let dev = Failing { sectors: 1 << 20, bad: bad.to_vec(), reads: Default::default() };
         let mut read = 0;
         let scan = scan(&dev, start, sectors, 512, &mut |n| read += n, &|| false).unwrap();
-        (scan, read, dev.reads.get())
+        (scan, read, dev.reads.load(Ordering::Relaxed))
     }
 
     #[test]
