@@ -197,9 +197,10 @@ fn copy_and_verify(
 }
 
 /// Copy the chunks after the cursor. Before a destination write may
-/// clobber a source not yet recorded as moved, the chunks before it are
-/// verified, the device is flushed and the cursor committed; a chunk that
-/// clobbers its own source is saved in the journal (and committed) first.
+/// clobber a source not yet recorded as moved, the device is flushed, the
+/// chunks whose sources it clobbers are verified and the cursor committed
+/// past them and no further ([`Move::cursor_for`]); a chunk that clobbers
+/// its own source is saved in the journal (and committed) first.
 ///
 /// Where every chunk is saved (a shift under a chunk) and the journal can
 /// name two, that work runs beside the write before it: once chunk k-1's

@@ -195,8 +195,8 @@ impl Move {
     /// The least cursor that lets chunk `k` be written after `committed`:
     /// the chunks before it are those whose sources `k`'s destination
     /// overwrites, so the ones after may still be copied again from their
-    /// sources, and their verification can trail `k`'s write. Never past a
-    /// saved chunk, whose own write overwrote its source.
+    /// sources, and their verification can trail `k`'s write. Always past a
+    /// saved chunk: its own write overwrote its source.
     pub fn cursor_for(&self, committed: u64, k: u64) -> u64 {
         let saved = (committed..k).rev().find(|&j| self.needs_save(j)).map_or(committed, |j| j + 1);
         (saved..k).find(|&j| !self.needs_commit(j, k)).unwrap_or(k)

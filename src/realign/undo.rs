@@ -232,7 +232,16 @@ mod tests {
     #[test]
     fn any_power_cut_during_an_undo_then_its_rerun_puts_every_byte_back() {
         let image: Vec<u8> = (0..300 * 512).map(|i| (i * 7 % 251) as u8).collect();
-        for (old, new, chunk) in [(63, 64, 1024), (64, 63, 1024), (40, 120, 1024), (120, 7, 2048)] {
+        let cases = [
+            (63, 64, 1024),
+            (64, 63, 1024),
+            (40, 120, 1024),
+            (120, 7, 2048),
+            // 2.5 chunks: the cursor trails a written chunk.
+            (63, 68, 1024),
+            (68, 63, 1024),
+        ];
+        for (old, new, chunk) in cases {
             let m = Move {
                 old_start: old,
                 new_start: new,
