@@ -471,8 +471,6 @@ mod tests {
         assert_eq!(disk.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 
-    /// An unreadable sector fails only the reads that cover it, as on the
-    /// disk itself: a window holding it is read by the range asked for.
     /// Off, every read goes to the disk; within a span each window is read
     /// once, and a span inside it keeps those; once the outer span ends,
     /// the disk is read again (it may have been written since).
@@ -503,6 +501,8 @@ mod tests {
         assert_eq!(disk.reads.load(Relaxed), 5, "a new span reads the disk again");
     }
 
+    /// An unreadable sector fails only the reads that cover it, as on the
+    /// disk itself: a window holding it is read by the range asked for.
     #[test]
     fn an_unreadable_sector_fails_only_its_own_reads() {
         let disk = counted(2 * WINDOW as usize, Some(4096));

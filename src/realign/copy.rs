@@ -306,7 +306,9 @@ fn copy(
         pipe.drain(tick)?;
         let stopping = stop();
         if stopping || last_commit.elapsed() >= COMMIT_EVERY {
-            disk.flush().map_err(|e| io_at("flushing after", dst, &m, e))?;
+            if dirty {
+                disk.flush().map_err(|e| io_at("flushing after", dst, &m, e))?;
+            }
             pipe.verified_before(k + 1, &m, tick)?;
             // Chunk k+1 stays named if it is: its write may start at once.
             j.commit(Phase::Copying, k + 1, &named_from(j, k + 1))?;
@@ -490,9 +492,9 @@ fn read_ahead(
             }
             Ok(false) => read(disk, data, src, m, "reading").map(|()| None),
         };
+        let got = got.map(|around| (crc32fast::hash(data), around));
         let failed = got.is_err();
-        let crc = crc32fast::hash(data);
-        if full.send(got.map(|around| (buf, crc, around))).is_err() || failed {
+        if full.send(got.map(|(crc, around)| (buf, crc, around))).is_err() || failed {
             return;
         }
     }

@@ -536,8 +536,9 @@ fn check_refusal(r: &Value) -> Vec<String> {
 /// and at each the same `realign --yes` rerun: it finishes, the partition's
 /// bytes are the original's at an aligned start, e2fsck is clean, the table
 /// verifies and audit passes. MBR moves, one sector (journaled) and to
-/// 1 MiB (in chunks of half the shift, the cursor a chunk behind); a logical partition that takes its EBR along (the EBR's copy
-/// and the link to it written before the copy covers the old EBR); GPT
+/// 1 MiB (in chunks of half the shift, the cursor a chunk behind); a
+/// logical partition that takes its EBR along (the EBR's copy and the link
+/// to it written before the copy covers the old EBR); GPT
 /// 34 -> 2048; a 4Kn disk; and `--undo` of a move that a failing sector
 /// stopped half-way: every state of the undo, rerun, ends with the
 /// partition as it was, where it was, and nothing unfinished. One boot
