@@ -20,10 +20,10 @@ use std::process::{Command, Output};
 
 tests![
     long(
-        a_root_at_lba_63_is_moved_at_boot_through_power_cuts = 320,
-        a_separate_boot_at_lba_63_and_the_root_both_move_at_boot = 80,
-        a_root_at_lba_63_is_moved_at_boot_by_dracut_through_a_power_cut = 160,
-        a_root_on_lvm_at_an_odd_lba_is_moved_at_boot = 70,
+        a_root_at_lba_63_is_moved_at_boot_through_power_cuts = 370,
+        a_separate_boot_at_lba_63_and_the_root_both_move_at_boot = 90,
+        a_root_at_lba_63_is_moved_at_boot_by_dracut_through_a_power_cut = 130,
+        a_root_on_lvm_at_an_odd_lba_is_moved_at_boot = 45,
     ),
 ];
 
@@ -304,12 +304,10 @@ fn a_root_at_lba_63_is_moved_at_boot_through_power_cuts() {
     let status = disk.as_installed(&[]);
     assert!(text(&status).contains("from LBA 63 to 2048: done"), "{}", text(&status));
 
-    // The installed system finishes: the hook goes, and GRUB boots it again.
+    // The installed system finishes; the boot after it is the separate
+    // /boot's (below), which moves at boot too.
     let finish = disk.as_installed(&["--finish"]);
     assert_eq!(finish.status.code(), Some(0), "{}", text(&finish));
-    let (code, console) = boot(&disk.img, &disk.log("finished"), None);
-    assert_eq!(booted(code, &console), 2048);
-    assert!(!console.contains("blkalign:"), "the hook is gone:\n{console}");
 
     let (code, console) = boot(&swapped, &swapped.with_extension("log"), None);
     assert_eq!(booted(code, &console), 63, "booted on the old layout");
@@ -334,10 +332,12 @@ fn a_separate_boot_at_lba_63_and_the_root_both_move_at_boot() {
     assert!(after[..2].iter().all(|s| s % 2048 == 0), "{after:?}");
     assert_eq!(after[2], before[2], "the journal's partition stays");
     disk.check_peers();
+    // The installed system finishes: the hook goes, and GRUB boots it again.
     let finish = disk.as_installed(&["--finish"]);
     assert_eq!(finish.status.code(), Some(0), "{}", text(&finish));
     let (code, console) = boot(&disk.img, &disk.log("again"), None);
     assert_eq!(booted(code, &console), after[1]);
+    assert!(!console.contains("blkalign:"), "the hook is gone:\n{console}");
 }
 
 /// dracut (Fedora, RHEL, SUSE; dracut-core beside initramfs-tools on

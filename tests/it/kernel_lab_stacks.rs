@@ -39,7 +39,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-tests![long(live_stacks_kept_alignment_failing_disks_and_moves_at_boot = 295)];
+tests![long(live_stacks_kept_alignment_failing_disks_and_moves_at_boot = 290)];
 
 /// The four cases below in one boot (a boot costs about 25 s of CPU under
 /// TCG): each with its own disks, serials, volume groups and results

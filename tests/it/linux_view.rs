@@ -40,7 +40,7 @@ use std::sync::Mutex;
 tests![
     blkalign_reads_disks_as_linux_does,
     long(
-        the_kernel_reads_disks_as_blkalign_does = 70,
+        the_kernel_reads_disks_as_blkalign_does = 55,
     ),
 ];
 

@@ -129,12 +129,16 @@ printf '{"bad": %s, "exit": %s, "start": %s, "fsck": %s, "marker_same": %s, %s}\
 # or a controller reset does (/sys/block/sdX/device/delete), its name kept
 # taken by an open handle, then found by a SCSI host rescan under another
 # name; the same command on the new name finishes (vanished.json). Slowed
-# (64 KiB a command, 20 ms each) so the move is caught half-way.
+# so the move is caught half-way: 64 KiB a command, 8 ms each, one at a
+# time (at scsi_debug's queue depth a chunk's 256 commands ran side by
+# side, and on a busy machine the whole move of 39 MiB ended, in 4.3 s,
+# before the poll below saw its first chunk done): about 5 MiB/s.
 fresh
 before=$(sha 63 80000)
 old=${d#/dev/} old_journal=$(journal)
 echo 64 >"/sys/block/$old/queue/max_sectors_kb"
-echo 5 >/sys/bus/pseudo/drivers/scsi_debug/delay
+echo 1 >"/sys/block/$old/device/queue_depth"
+echo 2 >/sys/bus/pseudo/drivers/scsi_debug/delay
 "$BLKALIGN" realign "$d" 1 --yes --no-read-check >"$out/vanished-stopped.out" \
   2>"$out/vanished-stopped.err" &
 mover=$!

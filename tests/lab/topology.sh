@@ -1,7 +1,7 @@
 # Kernel lab, topology per driver (run by tests/it/kernel_lab.rs in the guest).
-# Usage: topology.sh OUT SERIAL... : for each disk attached with SERIAL, and
-# for scsi_debug at every physblk_exp 0-3 x lowest_aligned x logical 512 and
-# 4096, write OUT/LABEL.json: the kernel's topology (sysfs), an MBR with
+# Usage: topology.sh OUT GEOMETRIES SERIAL... : for each disk attached with
+# SERIAL, and for scsi_debug at each of GEOMETRIES (LOGICAL-EXP-LOWEST, comma
+# separated: sector_size, physblk_exp, lowest_aligned), write OUT/LABEL.json: the kernel's topology (sysfs), an MBR with
 # partitions at 63, 64 and 2048 as the kernel parsed it (start, size,
 # alignment_offset), parted's align-check min per partition (without -s,
 # which says nothing and exits by the last check alone), and
@@ -11,10 +11,10 @@
 # Limits), nvme id-ns -o json and id-ctrl -o json, and lsblk -dno SERIAL.
 set -euo pipefail
 # Builtins wherever they do: under TCG every process the guest starts costs
-# a quarter of a second or more (jq two), and this runs 23 records.
+# a quarter of a second or more (jq two), and this runs a record a disk.
 BLKALIGN=$(lab_local "$BLKALIGN")
-out=$1
-shift
+out=$1 geometries=$2
+shift 2
 
 # udev's watch re-reads a disk's partitions whenever a writer (sfdisk,
 # parted) closes it, which meant waiting for udev twice a record. The
@@ -111,8 +111,7 @@ scsi_debug_disk() {
   REPLY=
 }
 
-# Every first aligned LBA at 512 logical; at 4096, 4096 and 32768 physical.
-for geometry in 512-{0-0,1-{0,1},2-{0..3},3-{0..7}} 4096-{0-0,3-{0,1}}; do
+for geometry in ${geometries//,/ }; do
   IFS=- read -r logical exp lowest <<<"$geometry"
   t0=${EPOCHREALTIME/./}
   modprobe scsi_debug dev_size_mb=32 sector_size="$logical" physblk_exp="$exp" \
