@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::emulate::EmulatedDrive;
+use common::emulate::{run_probe, EmulatedDrive};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -211,7 +211,7 @@ fn probe_json_matches_the_schema() {
     }
     let _serial = serial();
     let drive = EmulatedDrive::start(&["--preset", "wd-ears", "--size", "64MiB"]);
-    let out = common::blkalign().args(["probe", "--json", drive.str()]).output().expect("run");
+    let out = run_probe(&["probe", "--json", drive.str()]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(matches!(out.status.code(), Some(0 | 1)), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.starts_with("{\n  \"version\": 1,\n"), "pretty, version first: {text}");

@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::emulate::EmulatedDrive;
+use common::emulate::{run_probe, EmulatedDrive};
 use std::sync::Mutex;
 
 tests![
@@ -47,20 +47,6 @@ fn probe(args: &[&str]) -> Option<serde_json::Value> {
     let agrees = json["agrees_with_kernel"].as_bool().expect("agrees_with_kernel");
     assert_eq!(code, Some(if agrees { 0 } else { 1 }), "exit 1 when the kernel is wrong");
     Some(json)
-}
-
-/// `blkalign ARGS`, run once more when the probe says the timings were too
-/// noisy to decide (exit 2, "inconclusive"), as it tells its users to: a
-/// busy 2-core machine can be that noisy. A wrong answer is not retried.
-fn run_probe(args: &[&str]) -> std::process::Output {
-    let run = || common::blkalign().args(args).output().expect("run probe");
-    let out = run();
-    if out.status.code() == Some(2) && String::from_utf8_lossy(&out.stderr).contains("inconclusive")
-    {
-        eprintln!("probe inconclusive, run again: {}", String::from_utf8_lossy(&out.stderr));
-        return run();
-    }
-    out
 }
 
 fn geometry(json: &serde_json::Value) -> (u64, u64, bool) {
