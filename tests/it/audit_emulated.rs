@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use common::emulate::EmulatedDrive;
+use common::emulate::{EmulatedDrive, PROBE_RUNS};
 use common::{audit_json as audit, blkalign, needs, run, run_stdin};
 
 tests![
@@ -65,12 +65,10 @@ fn probe_finds_the_jumper_and_turns_the_verdicts() {
     assert_eq!(t["partitions"][0]["verdict"], "misaligned");
     let unasked = blkalign().args(["audit", "--probe", drive.str()]).output().expect("run");
     assert_eq!(unasked.status.code(), Some(2), "--probe writes, so it needs --yes");
-    // Again, up to three runs in all, while the timings were too noisy to
-    // decide, as the note tells users to (alone, on an idle machine, it
-    // happened in `.ci/run`, as for `run_probe`); a wrong answer is not
-    // retried.
+    // Again while the timings were too noisy to decide, as the note tells
+    // users to (`PROBE_RUNS`); a wrong answer is not retried.
     let (mut code, mut t) = audit(&["--probe", "--yes", drive.str()]);
-    for _ in 1..3 {
+    for _ in 1..PROBE_RUNS {
         if !t["notes"].to_string().contains("cannot probe: inconclusive") {
             break;
         }

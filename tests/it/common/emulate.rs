@@ -82,15 +82,18 @@ impl Drop for EmulatedDrive {
     }
 }
 
-/// `blkalign ARGS` (a probe), run again, up to three runs in all, while
-/// the probe says the timings were too noisy to decide (exit 2,
-/// "inconclusive"), as it tells its users to: a 2-core machine can be that
-/// noisy even alone (a schema test failed so once in `.ci/run`). A wrong
-/// answer is not retried.
+/// How many times a probe test runs the probe while it says the timings
+/// were too noisy to decide, as it tells its users to: a 2-core machine
+/// can be that noisy even alone (in one `.ci/run` a single run failed a
+/// schema test; in another `audit --probe` decided only at its third).
+pub const PROBE_RUNS: usize = 5;
+
+/// `blkalign ARGS` (a probe), run again, [`PROBE_RUNS`] in all, while it
+/// says "inconclusive" (exit 2). A wrong answer is not retried.
 pub fn run_probe(args: &[&str]) -> std::process::Output {
     let run = || super::blkalign().args(args).output().expect("run probe");
     let mut out = run();
-    for _ in 1..3 {
+    for _ in 1..PROBE_RUNS {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         if out.status.code() != Some(2) || !stderr.contains("inconclusive") {
             break;
