@@ -4,19 +4,18 @@
 //!
 //! Topology per driver: NVMe, AHCI, virtio-scsi, virtio-blk and USB mass
 //! storage disks that QEMU presents as 512 logical / 4096 physical, and
-//! scsi_debug at every physical sector exponent, at its last lowest aligned
-//! LBA (every one with `BLKALIGN_TOPOLOGY=all`). For each, blkalign's
-//! logical and physical sector, alignment offset, minimum and optimal I/O
-//! equal sysfs, and its verdict on an MBR with partitions at 63, 64 and
-//! 2048 equals the kernel's per-partition `alignment_offset` (0 = aligned)
-//! and `parted align-check min`, except where blkalign refuses to believe a
-//! physical sector under 4096 (named below). And the drive's own answers
-//! blkalign reads (ATA IDENTIFY, SCSI RC16 and Block Limits, NVMe Identify
-//! Namespace) equal what hdparm, sg_readcap, sg_vpd and nvme-cli read of
-//! the same disk, and where the drive and the kernel disagree (the USB
-//! bridge) blkalign believes the drive and says why. Its serial is the one
-//! `lsblk` shows on every driver, and NVMe's vendor, serial, model and
-//! firmware are `nvme id-ctrl`'s.
+//! scsi_debug at every physical sector exponent, at one or two lowest aligned
+//! LBAs (every one with `BLKALIGN_TOPOLOGY=all`). For each, blkalign's logical
+//! and physical sector, alignment offset, minimum and optimal I/O equal sysfs,
+//! and its verdict on an MBR with partitions at 63, 64 and 2048 equals the
+//! kernel's per-partition `alignment_offset` (0 = aligned) and `parted
+//! align-check min`, except where blkalign refuses to believe a physical sector
+//! under 4096 (named below). And the drive's own answers blkalign reads (ATA
+//! IDENTIFY, SCSI RC16 and Block Limits, NVMe Identify Namespace) equal what
+//! hdparm, sg_readcap, sg_vpd and nvme-cli read of the same disk, and where the
+//! drive and the kernel disagree (the USB bridge) blkalign believes the drive
+//! and says why. Its serial is the one `lsblk` shows on every driver, and
+//! NVMe's vendor, serial, model and firmware are `nvme id-ctrl`'s.
 
 use crate::common;
 
@@ -37,13 +36,14 @@ tests![
 const DRIVERS: &[&str] = &["nvme", "ahci", "scsi", "virtio", "usb"];
 
 /// scsi_debug's geometries, `LOGICAL-EXP-LOWEST` (sector_size, physblk_exp,
-/// lowest_aligned): every exponent at 512 logical, and at 4096 logical 4096
-/// and 32768 physical, each at its last lowest aligned LBA (the XP
-/// jumper's drive: 512-3-7) and the jumper's at 1 too. A record costs about
-/// 10 s of CPU under TCG (scsi_debug's load, sfdisk, parted, audit, four
-/// peers), so the others, where the kernel's offset and blkalign's are the
-/// same product of other numbers, run with `BLKALIGN_TOPOLOGY=all` (the
-/// virtual disks above have offset 0 at 4096 physical).
+/// lowest_aligned): every exponent at 512 logical at its last lowest
+/// aligned LBA (the XP jumper's drive: 512-3-7), the jumper's also at 1;
+/// at 4096 logical, 4096 physical and 32768 physical at lowest aligned 1.
+/// A record costs about 10 s of CPU under TCG (scsi_debug's load, sfdisk,
+/// parted, audit, four peers), so the others, where the kernel's offset
+/// and blkalign's are the same product of other numbers, run with
+/// `BLKALIGN_TOPOLOGY=all` (the virtual disks above have offset 0 at 4096
+/// physical).
 fn geometries() -> Vec<String> {
     if std::env::var("BLKALIGN_TOPOLOGY").is_ok_and(|v| v == "all") {
         let exps = [(512, 0), (512, 1), (512, 2), (512, 3), (4096, 0), (4096, 3)];

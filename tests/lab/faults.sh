@@ -132,7 +132,7 @@ printf '{"bad": %s, "exit": %s, "start": %s, "fsck": %s, "marker_same": %s, %s}\
 # so the move is caught half-way: 64 KiB a command, 8 ms each, one at a
 # time (at scsi_debug's queue depth a chunk's 256 commands ran side by
 # side, and on a busy machine the whole move of 39 MiB ended, in 4.3 s,
-# before the poll below saw its first chunk done): about 5 MiB/s.
+# before the poll below saw its first chunk done): 8 MiB/s at most.
 fresh
 before=$(sha 63 80000)
 old=${d#/dev/} old_journal=$(journal)
