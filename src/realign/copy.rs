@@ -108,7 +108,7 @@ pub fn run(
     journal: &mut Journal,
     tick: &mut dyn FnMut(u64),
 ) -> Result<(), MoveError> {
-    run_until(disk, journal, tick, &|| false, None)
+    run_until(disk, journal, tick, &|| false, None, None)
 }
 
 /// [`run`], but polling `stop` between chunks: when it says so, the move
@@ -116,17 +116,28 @@ pub fn run(
 /// chunk written so far, so a rerun redoes nothing. The table writes, a
 /// few sectors, are never cut short. With `rescue`, sectors that stay
 /// unreadable are zero-filled and listed in its map (see [`rescue`]).
+/// `first` holds chunk 0's source bytes where the caller has just read
+/// them all (the read check, before the journal was made): a move not yet
+/// begun takes them instead of reading the chunk again, unless a write
+/// made before the copy lands on them.
 pub fn run_until(
     disk: &dyn Disk,
     journal: &mut Journal,
     tick: &mut dyn FnMut(u64),
     stop: &dyn Fn() -> bool,
     mut rescue: Option<&mut Map>,
+    first: Option<AlignedBuf>,
 ) -> Result<(), MoveError> {
     if journal.state.phase == Phase::Copying {
+        let m = &journal.record;
+        let unbegun = journal.state.cursor == 0
+            && journal.state.saved.iter().all(Option::is_none)
+            && rescue.is_none()
+            && !m.before.iter().any(|w| m.first_source_meets(w));
+        let first = first.filter(|buf| unbegun && buf.bytes().len() as u64 >= m.chunk_bytes);
         // Again on every resume: writes already made are skipped.
         write_all(disk, &journal.record, &journal.record.before)?;
-        copy_and_verify(disk, journal, tick, stop, rescue.as_deref_mut())?;
+        copy_and_verify(disk, journal, tick, stop, rescue.as_deref_mut(), first)?;
         if let Some(map) = rescue {
             map.finish().map_err(|source| map_error(map, source))?;
         }
@@ -165,6 +176,7 @@ fn copy_and_verify(
     tick: &mut dyn FnMut(u64),
     stop: &dyn Fn() -> bool,
     rescue: Option<&mut Map>,
+    kept: Option<AlignedBuf>,
 ) -> Result<(), MoveError> {
     let m = j.record.clone();
     let first = j.state.cursor;
@@ -181,9 +193,12 @@ fn copy_and_verify(
         let (written, written_rx) = mpsc::channel();
         let (checked_tx, checked) = mpsc::channel();
         let rescuing = rescue.is_some();
-        s.spawn(move || read_ahead(disk, m, first, &saved, rescuing, free_rx, full_tx));
+        // The kept chunk's buffer is one of the three.
+        let fresh = 3 - usize::from(kept.is_some());
+        let from = (first, kept);
+        s.spawn(move || read_ahead(disk, m, from, &saved, rescuing, free_rx, full_tx));
         s.spawn(move || verify_behind(disk, m, written_rx, checked_tx, abort));
-        for _ in 0..3 {
+        for _ in 0..fresh {
             let _ = free.send(AlignedBuf::new(size, 0));
         }
         for k in 0..first {
@@ -465,23 +480,26 @@ impl Pipe {
 
 /// Read the sources of chunks `first..` in copy order into buffers from
 /// `free`, handing each to `full`; those `saved` holds intact come from the
-/// journal. `rescuing` reads around unreadable sectors instead of failing
-/// on them.
+/// journal, and the first from `kept` when given (already read).
+/// `rescuing` reads around unreadable sectors instead of failing on them.
 fn read_ahead(
     disk: &dyn Disk,
     m: &Move,
-    first: u64,
+    (first, mut kept): (u64, Option<AlignedBuf>),
     saved: &SavedChunks,
     rescuing: bool,
     free: Receiver<AlignedBuf>,
     full: SyncSender<Read>,
 ) {
     for k in first..m.chunks() {
-        let Ok(mut buf) = free.recv() else { return };
+        let read_already = kept.is_some();
+        let Some(mut buf) = kept.take().or_else(|| free.recv().ok()) else { return };
         let (rel, len) = m.chunk(k);
         let src = m.old_start * m.sector_size + rel;
         let data = &mut buf.bytes_mut()[..len as usize];
-        let got = match saved.read(k, data) {
+        // Already in memory: kept, or saved in the journal.
+        let held = if read_already { Ok(true) } else { saved.read(k, data) };
+        let got = match held {
             Err(e) => Err(e.into()),
             Ok(true) => Ok(None),
             Ok(false) if rescuing => {
@@ -719,7 +737,18 @@ pub(crate) mod tests {
                                 _ => Journal::create(&path, m.clone()).unwrap(),
                             };
                             let disk = Flaky::new(original.clone(), crash_after);
-                            finished = run(&disk, &mut j, &mut |_| {}).is_ok();
+                            // Every other point, chunk 0 as a read check kept it.
+                            let kept = (crash_after % 2 == 1).then(|| {
+                                let (rel, len) = m.chunk(0);
+                                let at = (old * 512 + rel) as usize;
+                                let mut buf = AlignedBuf::new(chunk as usize, 0);
+                                buf.bytes_mut()[..len as usize]
+                                    .copy_from_slice(&original[at..at + len as usize]);
+                                buf
+                            });
+                            let never = || false;
+                            finished =
+                                run_until(&disk, &mut j, &mut |_| {}, &never, None, kept).is_ok();
                             drop(j);
                             let survivor =
                                 if finished { disk.power_cut(1) } else { disk.power_cut(keep) };
@@ -767,6 +796,7 @@ pub(crate) mod tests {
             &mut j,
             &mut |_| ticks.set(ticks.get() + 1),
             &|| ticks.get() >= 3,
+            None,
             None,
         )
         .unwrap_err();
@@ -929,7 +959,8 @@ pub(crate) mod tests {
         let disk = Flaky::new(original, u64::MAX);
         let ticks = std::cell::Cell::new(0);
         let stop = || ticks.get() >= 3;
-        run_until(&disk, &mut j, &mut |_| ticks.set(ticks.get() + 1), &stop, None).unwrap_err();
+        run_until(&disk, &mut j, &mut |_| ticks.set(ticks.get() + 1), &stop, None, None)
+            .unwrap_err();
         let mut j = Journal::open(&path).unwrap();
         assert!(j.state.cursor >= 2, "chunks 0 and 1 copied");
         let mut survivor = disk.power_cut(0);

@@ -175,6 +175,12 @@ impl Move {
         at..at + len
     }
 
+    /// `w` lands on the source of chunk 0 (in copy order).
+    pub(crate) fn first_source_meets(&self, w: &Write) -> bool {
+        let len = u64::try_from(w.new.len()).unwrap_or(u64::MAX);
+        overlap(&(w.offset..w.offset.saturating_add(len)), &self.source(0))
+    }
+
     /// Writing chunk `k` overwrites its own source: its bytes must be in
     /// the journal first.
     pub fn needs_save(&self, k: u64) -> bool {

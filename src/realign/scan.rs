@@ -23,29 +23,45 @@ pub enum Scan {
     Stopped,
 }
 
+/// Sectors whose bytes a scan hands back in `buf` (from its start), read
+/// last: a move's first chunk, which the move then need not read again.
+pub struct Keep {
+    pub lbas: Range<u64>,
+    pub buf: AlignedBuf,
+}
+
 /// Read the `sectors` logical sectors of `ss` bytes from LBA `start` of
 /// `dev` (opened O_DIRECT where it can be), `progress` told of each byte
 /// read. A chunk that fails with a medium error is split until each
 /// unreadable sector is found; any other error (the device gone) ends the
 /// scan with it. Two chunks are read at a time, on this thread and one
 /// beside it: a disk's queue is kept busy while a read's answer travels
-/// (`dd` has one read in flight).
+/// (`dd` has one read in flight). The bytes `keep` asks for come back when
+/// every one of them was read (none when it does not fit the range or
+/// its buffer).
 pub fn scan(
     dev: &(dyn ReadAt + Sync),
     start: u64,
     sectors: u64,
     ss: u64,
+    keep: Option<Keep>,
     progress: &mut dyn FnMut(u64),
     stop: &dyn Fn() -> bool,
-) -> io::Result<Scan> {
+) -> io::Result<(Scan, Option<AlignedBuf>)> {
     let per_chunk = (CHUNK / ss.max(1)).max(1);
     let end = start
         .checked_add(sectors)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "LBA range overflows"))?;
     if stop() {
-        return Ok(Scan::Stopped);
+        return Ok((Scan::Stopped, None));
     }
     let chunks = sectors.div_ceil(per_chunk);
+    let keep = keep.filter(|k| fits(k, start..end, ss));
+    let last = keep.as_ref().map_or(chunks..chunks, |k| {
+        (k.lbas.start - start) / per_chunk..(k.lbas.end - start).div_ceil(per_chunk)
+    });
+    let spoiled = AtomicBool::new(false);
+    let keep = Mutex::new(keep);
     let (next, read, halt) = (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
     let bad = Mutex::new(Vec::new());
     // Claim the next chunk and read it, until none is left, `halt`, or an
@@ -59,11 +75,22 @@ pub fn scan(
             if halt.load(Ordering::Relaxed) || i >= chunks {
                 break;
             }
-            let lba = start + i * per_chunk;
+            let lba = start + in_order(i, chunks, &last) * per_chunk;
             let n = per_chunk.min(end - lba);
+            let before = found.len();
             if let Err(e) = find_bad(dev, lba..lba + n, ss, &mut buf, &mut found) {
                 halt.store(true, Ordering::Relaxed);
                 return Err(e);
+            }
+            if let Some(k) = keep.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                let (from, to) = (lba.max(k.lbas.start), (lba + n).min(k.lbas.end));
+                if from < to && found.len() > before {
+                    spoiled.store(true, Ordering::Relaxed);
+                } else if from < to {
+                    let at = |l: u64, base: u64| ((l - base) * ss) as usize;
+                    k.buf.bytes_mut()[at(from, k.lbas.start)..at(to, k.lbas.start)]
+                        .copy_from_slice(&buf.bytes()[at(from, lba)..at(to, lba)]);
+                }
             }
             read.fetch_add(n.saturating_mul(ss), Ordering::Relaxed);
         }
@@ -96,11 +123,34 @@ pub fn scan(
     }
     // A stop asked once every sector is read stops nothing.
     if stopped && all < sectors.saturating_mul(ss) {
-        return Ok(Scan::Stopped);
+        return Ok((Scan::Stopped, None));
     }
     let mut bad = bad.into_inner().unwrap_or_else(|e| e.into_inner());
     bad.sort_by_key(|r| r.start);
-    Ok(Scan::Done(merge(bad)))
+    let kept = keep.into_inner().unwrap_or_else(|e| e.into_inner());
+    let kept = kept.filter(|_| !spoiled.load(Ordering::Relaxed)).map(|k| k.buf);
+    Ok((Scan::Done(merge(bad)), kept))
+}
+
+/// The `i`th of `chunks` to read: those in `last` last, so that the kept
+/// sectors' bytes are as fresh as the scan can make them.
+fn in_order(i: u64, chunks: u64, last: &Range<u64>) -> u64 {
+    let n = last.end - last.start;
+    match i.checked_sub(chunks - n) {
+        Some(late) => last.start + late,
+        None if i < last.start => i,
+        None => i + n,
+    }
+}
+
+/// `keep` asks for sectors inside `range` that its buffer holds.
+fn fits(keep: &Keep, range: Range<u64>, ss: u64) -> bool {
+    let Range { start, end } = keep.lbas;
+    let bytes = (end.saturating_sub(start)).checked_mul(ss);
+    range.start <= start
+        && start < end
+        && end <= range.end
+        && bytes.is_some_and(|b| b <= keep.buf.bytes().len() as u64)
 }
 
 /// Push onto `bad` the unreadable sectors of `lbas`: halving on a medium
@@ -267,7 +317,8 @@ mod tests {
     fn run(bad: &[u64], start: u64, sectors: u64) -> (Scan, u64, u64) {
         let dev = Failing { sectors: 1 << 20, bad: bad.to_vec(), reads: Default::default() };
         let mut read = 0;
-        let scan = scan(&dev, start, sectors, 512, &mut |n| read += n, &|| false).unwrap();
+        let (scan, _) =
+            scan(&dev, start, sectors, 512, None, &mut |n| read += n, &|| false).unwrap();
         (scan, read, dev.reads.load(Ordering::Relaxed))
     }
 
@@ -293,9 +344,60 @@ mod tests {
     #[test]
     fn an_error_that_is_no_medium_error_ends_the_scan() {
         let dev = Failing { sectors: 100, bad: vec![], reads: Default::default() };
-        let got = scan(&dev, 0, 200, 512, &mut |_| {}, &|| false);
+        let got = scan(&dev, 0, 200, 512, None, &mut |_| {}, &|| false).map(|(scan, _)| scan);
         assert_eq!(got.unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
-        let stopped = scan(&dev, 0, 10, 512, &mut |_| {}, &|| true).unwrap();
+        let (stopped, _) = scan(&dev, 0, 10, 512, None, &mut |_| {}, &|| true).unwrap();
         assert_eq!(stopped, Scan::Stopped);
+    }
+
+    /// Each sector's bytes are its LBA, the reads logged in order.
+    struct Numbered(Mutex<Vec<u64>>);
+
+    impl ReadAt for Numbered {
+        fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.0.lock().unwrap().push(offset / 512);
+            for (i, sector) in buf.chunks_mut(512).enumerate() {
+                sector.fill(0);
+                sector[..8].copy_from_slice(&(offset / 512 + i as u64).to_le_bytes());
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn kept_sectors_are_read_last_and_handed_back_whole() {
+        // 5 chunks of 4 MiB from LBA 63; the kept sectors span chunks 2 and 3.
+        let (start, sectors, kept) = (63, 5 * 8192 - 100, 63 + 3 * 8192 - 10..63 + 3 * 8192 + 20);
+        let dev = Numbered(Mutex::new(Vec::new()));
+        let keep = Keep { lbas: kept.clone(), buf: AlignedBuf::new(16 << 20, 0) };
+        let (found, buf) =
+            scan(&dev, start, sectors, 512, Some(keep), &mut |_| {}, &|| false).unwrap();
+        assert_eq!(found, Scan::Done(vec![]));
+        let buf = buf.expect("the kept sectors");
+        for (i, lba) in kept.clone().enumerate() {
+            assert_eq!(buf.bytes()[i * 512..i * 512 + 8], lba.to_le_bytes(), "LBA {lba}");
+        }
+        assert_eq!(dev.0.lock().unwrap().len(), 5, "each chunk read once");
+        let order: Vec<u64> = (0..5).map(|i| in_order(i, 5, &(2..4))).collect();
+        assert_eq!(order, [0, 1, 4, 2, 3]);
+        assert_eq!((0..3).map(|i| in_order(i, 3, &(3..3))).collect::<Vec<_>>(), [0, 1, 2]);
+        // A kept range past the scan's, or larger than its buffer: nothing kept.
+        for (lbas, size) in [(63..63 + sectors + 1, 32 << 20), (63..63 + 8192, 1 << 20)] {
+            let keep = Keep { lbas, buf: AlignedBuf::new(size, 0) };
+            let got = scan(&dev, start, sectors, 512, Some(keep), &mut |_| {}, &|| false).unwrap();
+            assert!(got.1.is_none());
+        }
+    }
+
+    #[test]
+    fn kept_sectors_with_an_unreadable_one_are_not_handed_back() {
+        let dev = Failing { sectors: 1 << 20, bad: vec![9000], reads: Default::default() };
+        let keep = Keep { lbas: 8192..16384, buf: AlignedBuf::new(4 << 20, 0) };
+        let (found, kept) =
+            scan(&dev, 0, 3 * 8192, 512, Some(keep), &mut |_| {}, &|| false).unwrap();
+        assert_eq!((found, kept.is_none()), (Scan::Done(vec![9000..9001]), true));
+        let keep = Keep { lbas: 0..8192, buf: AlignedBuf::new(4 << 20, 0) };
+        let (_, kept) = scan(&dev, 0, 3 * 8192, 512, Some(keep), &mut |_| {}, &|| false).unwrap();
+        assert!(kept.is_some_and(|k| k.bytes()[..4 << 20].iter().all(|&b| b == 1)));
     }
 }

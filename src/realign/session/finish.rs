@@ -6,6 +6,7 @@ use super::error::{io_error, GoneDisk, MoveRefusal, SessionError, Stop, WayOn};
 use super::events::{Done, Events, Outcome, Rescued};
 use super::host::hold;
 use super::open::Session;
+use crate::io::AlignedBuf;
 use crate::realign::copy::{self, MoveError};
 use crate::realign::journal::{Journal, Phase};
 use crate::realign::rescue::{self, Map};
@@ -21,8 +22,20 @@ impl Session {
     /// listed in a map beside the journal.
     pub fn finish(
         &self,
+        journal: Journal,
+        rescue: bool,
+        events: &mut dyn Events,
+    ) -> Result<Outcome, SessionError> {
+        self.run_journal(journal, rescue, None, events)
+    }
+
+    /// [`Session::finish`], given the bytes of the move's first chunk when
+    /// the read check just read them (see [`copy::run_until`]).
+    pub(super) fn run_journal(
+        &self,
         mut journal: Journal,
         rescue: bool,
+        first: Option<AlignedBuf>,
         events: &mut dyn Events,
     ) -> Result<Outcome, SessionError> {
         let undoing = undo::path(journal.path());
@@ -48,7 +61,7 @@ impl Session {
             let shared = RefCell::new(&mut *events);
             let stop = || shared.borrow().stop_requested();
             let mut tick = |n| shared.borrow_mut().progress(n);
-            copy::run_until(&*writer, &mut journal, &mut tick, &stop, map.as_mut())
+            copy::run_until(&*writer, &mut journal, &mut tick, &stop, map.as_mut(), first)
         };
         events.stopped();
         match result {

@@ -54,6 +54,8 @@ pub(super) struct Mem {
     pub(super) unreadable: Arc<Mutex<Vec<u64>>>,
     /// Unplugged: every read and write fails, and the host says so.
     pub(super) gone: Arc<AtomicBool>,
+    /// Every read asked, as (offset, length).
+    pub(super) reads: Arc<Mutex<Vec<(u64, usize)>>>,
 }
 
 impl Mem {
@@ -68,6 +70,7 @@ impl Mem {
 impl ReadAt for Mem {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         self.plugged()?;
+        self.reads.lock().unwrap().push((offset, buf.len()));
         let lbas = offset / SS as u64..(offset + buf.len() as u64).div_ceil(SS as u64);
         if self.unreadable.lock().unwrap().iter().any(|b| lbas.contains(b)) {
             return Err(std::io::Error::from_raw_os_error(5));
@@ -199,6 +202,7 @@ pub(super) fn lab_with(img: Vec<u8>) -> Lab {
         told: Arc::default(),
         unreadable: Arc::default(),
         gone: Arc::default(),
+        reads: Arc::default(),
     };
     let session = Session::with(
         target,

@@ -5,7 +5,8 @@ use super::error::{io_error, SessionError};
 use super::events::Events;
 use super::open::Session;
 use super::options::MoveOptions;
-use crate::realign::scan::{self, Scan};
+use crate::io::AlignedBuf;
+use crate::realign::scan::{self, Keep, Scan};
 use crate::realign::{rescue, Move};
 use crate::units::human_size;
 use std::cell::RefCell;
@@ -15,13 +16,15 @@ use std::time::Instant;
 impl Session {
     /// Read every sector `m` will read, before any journal exists: an
     /// unreadable one refuses the move with nothing written, unless
-    /// rescuing (then it is said, and the move reads around it).
+    /// rescuing (then it is said, and the move reads around it). Its first
+    /// chunk in copy order is read last and its bytes kept, when all read
+    /// (not when rescuing: the rescue map lists what the move reads).
     pub(super) fn read_check(
         &self,
         opts: &MoveOptions,
         m: &Move,
         events: &mut dyn Events,
-    ) -> Result<Scan, SessionError> {
+    ) -> Result<(Scan, Option<AlignedBuf>), SessionError> {
         let reader = self.host.direct_reader()?;
         events.note(&format!(
             "reading every sector of partition {} ({}) before writing any",
@@ -34,10 +37,12 @@ impl Session {
             let shared = RefCell::new(&mut *events);
             let stop = || shared.borrow().stop_requested();
             let mut progress = |n| shared.borrow_mut().progress(n);
-            scan::scan(&*reader, m.old_start, m.sectors, m.sector_size, &mut progress, &stop)
+            let keep = (!opts.rescue).then(|| first_chunk(m));
+            scan::scan(&*reader, m.old_start, m.sectors, m.sector_size, keep, &mut progress, &stop)
         };
         events.stopped();
-        let found = found.map_err(io_error(format!("reading partition {}", m.partition)))?;
+        let (found, kept) =
+            found.map_err(io_error(format!("reading partition {}", m.partition)))?;
         if let Scan::Done(bad) = &found {
             let seconds = started.elapsed().as_secs_f64();
             events.note(&format!(
@@ -61,9 +66,9 @@ impl Session {
                     holders.map(|h| format!(" ({h})")).unwrap_or_default(),
                     rescue::RETRIES
                 ));
-                Ok(Scan::Done(bad))
+                Ok((Scan::Done(bad), None))
             }
-            other => Ok(other),
+            other => Ok((other, kept)),
         }
     }
 
@@ -89,10 +94,22 @@ impl Session {
     }
 }
 
+/// Chunk 0 of `m` in copy order, for the read check to keep: in a buffer
+/// of a whole chunk, as the move's own reads use.
+fn first_chunk(m: &Move) -> Keep {
+    let (rel, len) = m.chunk(0);
+    let ss = m.sector_size.max(1);
+    let lba = m.old_start.saturating_add(rel / ss);
+    let size = usize::try_from(m.chunk_bytes.max(len)).unwrap_or(0);
+    Keep { lbas: lba..lba.saturating_add(len / ss), buf: AlignedBuf::new(size, 0) }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::realign::session::lab::{image, lab, opts, Log, OLD};
+    use crate::realign::session::lab::{
+        assert_moved, image, lab, opts, Lab, Log, OLD, SECTORS, SS,
+    };
 
     /// An unreadable sector found by the read check refuses the move with
     /// nothing written and nothing left to finish; without the check the
@@ -115,5 +132,36 @@ mod tests {
         let err = lab.session.move_all(&unchecked, &[1], &mut Log::default()).unwrap_err();
         assert!(matches!(err, SessionError::Move { .. }), "{err}");
         assert!(lab.session.unfinished(None).unwrap().is_some(), "stopped half-way");
+    }
+
+    /// The first chunk in copy order is read once, by the check: the move
+    /// takes the check's bytes, read last, and the partition moves whole.
+    /// Not when rescuing, whose map lists what the move itself reads.
+    #[test]
+    fn the_move_takes_its_first_chunk_from_the_read_check() {
+        let whole = |lab: &Lab| {
+            let reads = lab.mem.reads.lock().unwrap();
+            let at = OLD * SS as u64;
+            reads.iter().filter(|&&(o, len)| o == at && len == SECTORS as usize * SS).count()
+        };
+        for (options, reads) in [
+            (opts(), 1),
+            (MoveOptions { read_check: false, ..opts() }, 1),
+            (MoveOptions { rescue: true, ..opts() }, 2),
+        ] {
+            let lab = lab();
+            lab.session.move_all(&options, &[1], &mut Log::default()).unwrap();
+            assert_moved(&lab);
+            assert_eq!(whole(&lab), reads, "reads of the whole partition, {options:?}");
+        }
+        // Moving right in chunks: chunk 0 is the partition's last.
+        let lab = lab();
+        let chunked = MoveOptions { chunk_bytes: 256 << 10, ..opts() };
+        lab.session.move_all(&chunked, &[1], &mut Log::default()).unwrap();
+        assert!(assert_moved(&lab) > OLD);
+        let last = (OLD + SECTORS) * SS as u64 - (256 << 10);
+        let reads = lab.mem.reads.lock().unwrap();
+        assert_eq!(reads.iter().filter(|&&(o, len)| o == last && len == 256 << 10).count(), 0);
+        assert!(reads.iter().any(|&(o, len)| o <= last && o + len as u64 >= last + (256 << 10)));
     }
 }

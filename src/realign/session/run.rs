@@ -78,15 +78,19 @@ impl Session {
                 opts.chunk_bytes,
             )?;
             drop(planning);
-            if opts.read_check && self.read_check(opts, &prepared.record, events)? == Scan::Stopped
-            {
-                return Ok(untouched());
+            let mut first = None;
+            if opts.read_check {
+                let (scan, kept) = self.read_check(opts, &prepared.record, events)?;
+                if scan == Scan::Stopped {
+                    return Ok(untouched());
+                }
+                first = kept;
             }
             let journal = self.create_journal(opts, &prepared)?;
             for note in placement.note.iter().chain(&prepared.notes) {
                 events.note(&format!("note: {note}"));
             }
-            if let Outcome::Stopped(why) = self.finish(journal, opts.rescue, events)? {
+            if let Outcome::Stopped(why) = self.run_journal(journal, opts.rescue, first, events)? {
                 return Ok(Outcome::Stopped(why));
             }
         }

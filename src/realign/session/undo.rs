@@ -90,7 +90,7 @@ impl Session {
                 let shared = RefCell::new(&mut *events);
                 let stop = || shared.borrow().stop_requested();
                 let mut tick = |n| shared.borrow_mut().progress(n);
-                copy::run_until(&*writer, &mut back, &mut tick, &stop, None)
+                copy::run_until(&*writer, &mut back, &mut tick, &stop, None, None)
             };
             events.stopped();
             match result {
