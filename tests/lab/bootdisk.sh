@@ -215,9 +215,8 @@ cmd_build() {
     table="start=$rstart, size=$rsize, type=83, bootable
 start=$jstart, size=$jsize, type=83"
   else
-    # lvm: /boot aligned (it stays), the PV misaligned.
-    [ "$layout" = bootpart ] || bstart=2048
-    # The root one sector past a MiB boundary after /boot: odd, misaligned.
+    # /boot at 63; the root (lvm: the PV) one sector past a MiB boundary
+    # after it: odd, misaligned.
     rstart=$(( (bstart + bsize + 2047) / 2048 * 2048 + 1 ))
     rsize=$((total * 5 / 8 - bsize - 2048 * 4))
     root_part=2 boot_part=1 journal_part=3
