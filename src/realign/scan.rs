@@ -390,6 +390,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // a list of one range
     fn kept_sectors_with_an_unreadable_one_are_not_handed_back() {
         let dev = Failing { sectors: 1 << 20, bad: vec![9000], reads: Default::default() };
         let keep = Keep { lbas: 8192..16384, buf: AlignedBuf::new(4 << 20, 0) };
