@@ -350,7 +350,7 @@ mod tests {
         assert_eq!(stopped, Scan::Stopped);
     }
 
-    /// Each sector's bytes are its LBA, the reads logged in order.
+    /// Each sector's first bytes are its LBA; the reads are logged.
     struct Numbered(Mutex<Vec<u64>>);
 
     impl ReadAt for Numbered {
