@@ -221,7 +221,11 @@ fn copy_and_verify(
 /// name two, that work runs beside the write before it: once chunk k-1's
 /// write is flushed, chunk k is written while chunk k+1 is saved, chunk k-1
 /// verified and the commit made that names chunks k and k+1, with the
-/// cursor on k. Chunk k+1's write then starts at once.
+/// cursor on k. Chunk k+1's write then starts at once. Where no chunk is
+/// saved but each write overwrites sources the one before it does not (a
+/// shift of one to two chunks, which [`super::chunk_for`] halves), the
+/// commit chunk k+1 needs is made the same way, beside chunk k's write
+/// ([`commit_beside`]).
 fn copy(
     disk: &dyn Disk,
     j: &mut Journal,
@@ -302,6 +306,15 @@ fn copy(
                 ready = Some(saved);
             }
             written
+        } else if let Some(cursor) = commit_ahead(&m, rescue.is_none(), committed, k) {
+            let (written, committing) = std::thread::scope(|s| {
+                let writing = s.spawn(|| write(disk, data, dst, &m));
+                let committing = commit_beside(disk, j, pipe, cursor, dirty, tick);
+                (writing.join().unwrap_or_else(|_| Err(gone("writing", &m))), committing)
+            });
+            committing?;
+            (committed, last_commit, trailing) = (cursor, Instant::now(), None);
+            written
         } else {
             write(disk, data, dst, &m)
         };
@@ -377,6 +390,40 @@ fn commit_next(
     saved.push(next);
     j.commit(Phase::Copying, k, &saved)?;
     Ok(Some(next))
+}
+
+/// The cursor chunk `k + 1`'s write needs committed, where that commit can
+/// be made beside chunk `k`'s write: it must not count chunk `k` itself,
+/// nor a chunk saved in the journal (those have their own pipeline), nor
+/// when rescuing (that path stays the plain one).
+fn commit_ahead(m: &Move, plain: bool, committed: u64, k: u64) -> Option<u64> {
+    let next = k + 1;
+    let needed = plain && next < m.chunks() && !m.needs_save(next);
+    let cursor = needed && m.needs_commit(committed, next);
+    cursor.then(|| m.cursor_for(committed, next)).filter(|&c| c <= k)
+}
+
+/// Beside chunk `k`'s write, the commit at `cursor` (at most `k`) that
+/// chunk `k + 1`'s write needs: a flush makes the chunks written before `k`
+/// durable (chunk `k`'s may or may not be; the commit does not count it),
+/// then those before `cursor` are verified and the cursor committed. Off
+/// the copy's path, as chunk `k + 1`'s write then starts at once.
+fn commit_beside(
+    disk: &dyn Disk,
+    j: &mut Journal,
+    pipe: &mut Pipe,
+    cursor: u64,
+    dirty: bool,
+    tick: &mut dyn FnMut(u64),
+) -> Result<(), MoveError> {
+    let m = j.record.clone();
+    if dirty {
+        let at = m.new_start * m.sector_size;
+        disk.flush().map_err(|e| io_at("flushing after", at, &m, e))?;
+    }
+    pipe.verified_before(cursor, &m, tick)?;
+    j.commit(Phase::Copying, cursor, &named_from(j, cursor))?;
+    Ok(())
 }
 
 /// `error` at chunk `k`, once the chunks before it are verified, flushed
@@ -967,6 +1014,72 @@ pub(crate) mod tests {
         survivor[150 * 512] ^= 0xFF;
         let err = run(&Flaky::new(survivor, u64::MAX), &mut j, &mut |_| {}).unwrap_err();
         assert!(matches!(err, MoveError::Verify { lba: 148, .. }), "{err}");
+    }
+
+    /// A disk on which a write and a flush made at the same time meet: each
+    /// waits a while for the other to come in, and the flushes that met a
+    /// write in flight are counted.
+    struct Overlap {
+        disk: Flaky,
+        /// A write in flight; a flush met it; flushes that met one.
+        state: Mutex<(bool, bool, u64)>,
+        met: std::sync::Condvar,
+    }
+
+    const MEET: Duration = Duration::from_millis(200);
+
+    impl Disk for Overlap {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+            self.disk.read_at(buf, offset)
+        }
+
+        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+            let mut st = self.state.lock().unwrap();
+            (st.0, st.1) = (true, false);
+            self.met.notify_all();
+            st = self.met.wait_timeout_while(st, MEET, |st| !st.1).unwrap().0;
+            st.0 = false;
+            drop(st);
+            self.disk.write_at(buf, offset)
+        }
+
+        fn flush(&self) -> io::Result<()> {
+            let st = self.state.lock().unwrap();
+            let mut st = self.met.wait_timeout_while(st, MEET, |st| !st.0 || st.1).unwrap().0;
+            if st.0 && !st.1 {
+                (st.1, st.2) = (true, st.2 + 1);
+                self.met.notify_all();
+            }
+            drop(st);
+            self.disk.flush()
+        }
+    }
+
+    /// 2.5 chunks right: each write overwrites the source of the chunk two
+    /// before it, so each needs a commit of that one. That commit, and the
+    /// flush before it, are made while the write before runs, not between
+    /// the two writes.
+    #[test]
+    fn the_commit_a_write_needs_is_made_beside_the_write_before_it() {
+        let m =
+            Move { old_start: 63, new_start: 68, sectors: 40, chunk_bytes: 1024, ..sample_move() };
+        let mut original = image();
+        original[..512].copy_from_slice(&m.writes[0].old);
+        let want = original[63 * 512..103 * 512].to_vec();
+        let dir = tempfile::tempdir().unwrap();
+        let mut j = Journal::create(&dir.path().join("j"), m.clone()).unwrap();
+        let disk = Overlap {
+            disk: Flaky::new(original, u64::MAX),
+            state: Mutex::new((false, false, 0)),
+            met: std::sync::Condvar::new(),
+        };
+        run(&disk, &mut j, &mut |_| {}).unwrap();
+        assert!(disk.disk.power_cut(1)[68 * 512..108 * 512] == want[..]);
+        // 20 chunks; from chunk 2 on each write's commit was made beside
+        // the one before (chunk 1's write carries chunk 2's commit), the last
+        // has none after it to carry.
+        let beside = disk.state.lock().unwrap().2;
+        assert_eq!(beside, m.chunks() - 2, "flushes made while a write was in flight");
     }
 
     #[test]
