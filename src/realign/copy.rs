@@ -288,6 +288,8 @@ fn copy(
             (committed, last_commit, trailing) = (cursor, Instant::now(), mine);
         }
         let dst = m.new_start * m.sector_size + rel;
+        // Chunk k flushed with its write, on the writer's thread.
+        let mut flushed = false;
         let written = if rescue.is_none() && names_last(j, k) && m.needs_save(k + 1) {
             let read = pipe.full.recv().map_err(|_| gone("reading", &m))?;
             // Chunk k-1's write made durable before chunk k's begins: a
@@ -307,13 +309,22 @@ fn copy(
             }
             written
         } else if let Some(cursor) = commit_ahead(&m, rescue.is_none(), committed, k) {
+            // The chunks before k durable first. A flush beside the write
+            // would wait for it (a disk's queue drains for a flush), and
+            // the commit for the flush; one made as the write returns finds
+            // the queue empty, before the verifier's and reader's next reads.
+            if dirty {
+                disk.flush().map_err(|e| io_at("flushing after", src, &m, e))?;
+            }
+            let flush = || disk.flush().map_err(|e| io_at("flushing after", dst, &m, e));
             let (written, committing) = std::thread::scope(|s| {
-                let writing = s.spawn(|| write(disk, data, dst, &m));
-                let committing = commit_beside(disk, j, pipe, cursor, dirty, tick);
+                let writing = s.spawn(|| write(disk, data, dst, &m).and_then(|()| flush()));
+                let committing = commit_beside(j, pipe, cursor, tick);
                 (writing.join().unwrap_or_else(|_| Err(gone("writing", &m))), committing)
             });
             committing?;
             (committed, last_commit, trailing) = (cursor, Instant::now(), None);
+            flushed = written.is_ok();
             written
         } else {
             write(disk, data, dst, &m)
@@ -321,7 +332,7 @@ fn copy(
         if let Err(e) = written {
             return Err(keep_progress(disk, j, pipe, k, committed, tick, e));
         }
-        dirty = true;
+        dirty = !flushed;
         tick(len);
         let _ = pipe.written.send((k, Some(crc)));
         let _ = pipe.free.send(buf);
@@ -403,24 +414,17 @@ fn commit_ahead(m: &Move, plain: bool, committed: u64, k: u64) -> Option<u64> {
     cursor.then(|| m.cursor_for(committed, next)).filter(|&c| c <= k)
 }
 
-/// Beside chunk `k`'s write, the commit at `cursor` (at most `k`) that
-/// chunk `k + 1`'s write needs: a flush makes the chunks written before `k`
-/// durable (chunk `k`'s may or may not be; the commit does not count it),
-/// then those before `cursor` are verified and the cursor committed. Off
-/// the copy's path, as chunk `k + 1`'s write then starts at once.
+/// Beside chunk `k`'s write, the chunks before it durable, the commit at
+/// `cursor` (at most `k`) that chunk `k + 1`'s write needs: those before
+/// `cursor` are verified and the cursor committed. Off the copy's path, as
+/// chunk `k + 1`'s write then starts at once.
 fn commit_beside(
-    disk: &dyn Disk,
     j: &mut Journal,
     pipe: &mut Pipe,
     cursor: u64,
-    dirty: bool,
     tick: &mut dyn FnMut(u64),
 ) -> Result<(), MoveError> {
     let m = j.record.clone();
-    if dirty {
-        let at = m.new_start * m.sector_size;
-        disk.flush().map_err(|e| io_at("flushing after", at, &m, e))?;
-    }
     pipe.verified_before(cursor, &m, tick)?;
     j.commit(Phase::Copying, cursor, &named_from(j, cursor))?;
     Ok(())
@@ -1016,17 +1020,15 @@ pub(crate) mod tests {
         assert!(matches!(err, MoveError::Verify { lba: 148, .. }), "{err}");
     }
 
-    /// A disk on which a write and a flush made at the same time meet: each
-    /// waits a while for the other to come in, and the flushes that met a
-    /// write in flight are counted.
+    /// A disk whose chunk writes each wait a while, while in flight, for
+    /// the journal to record the chunks before them moved; the writes that
+    /// saw it are counted.
     struct Overlap {
         disk: Flaky,
-        /// A write in flight; a flush met it; flushes that met one.
-        state: Mutex<(bool, bool, u64)>,
-        met: std::sync::Condvar,
+        m: Move,
+        journal: std::path::PathBuf,
+        beside: std::sync::atomic::AtomicU64,
     }
-
-    const MEET: Duration = Duration::from_millis(200);
 
     impl Disk for Overlap {
         fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -1034,31 +1036,29 @@ pub(crate) mod tests {
         }
 
         fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-            let mut st = self.state.lock().unwrap();
-            (st.0, st.1) = (true, false);
-            self.met.notify_all();
-            st = self.met.wait_timeout_while(st, MEET, |st| !st.1).unwrap().0;
-            st.0 = false;
-            drop(st);
+            let m = &self.m;
+            let chunk = (0..m.chunks()).find(|&k| m.destination(k).start == offset);
+            let cursor = || Journal::open(&self.journal).map_or(0, |j| j.state.cursor);
+            if let Some(k) = chunk.filter(|&k| k > 0) {
+                let waited = Instant::now();
+                while cursor() < k && waited.elapsed() < Duration::from_millis(200) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                if cursor() >= k {
+                    self.beside.fetch_add(1, Ordering::Relaxed);
+                }
+            }
             self.disk.write_at(buf, offset)
         }
 
         fn flush(&self) -> io::Result<()> {
-            let st = self.state.lock().unwrap();
-            let mut st = self.met.wait_timeout_while(st, MEET, |st| !st.0 || st.1).unwrap().0;
-            if st.0 && !st.1 {
-                (st.1, st.2) = (true, st.2 + 1);
-                self.met.notify_all();
-            }
-            drop(st);
             self.disk.flush()
         }
     }
 
     /// 2.5 chunks right: each write overwrites the source of the chunk two
-    /// before it, so each needs a commit of that one. That commit, and the
-    /// flush before it, are made while the write before runs, not between
-    /// the two writes.
+    /// before it, so each needs a commit of that one. That commit is made
+    /// while the write before runs, not between the two writes.
     #[test]
     fn the_commit_a_write_needs_is_made_beside_the_write_before_it() {
         let m =
@@ -1067,19 +1067,20 @@ pub(crate) mod tests {
         original[..512].copy_from_slice(&m.writes[0].old);
         let want = original[63 * 512..103 * 512].to_vec();
         let dir = tempfile::tempdir().unwrap();
-        let mut j = Journal::create(&dir.path().join("j"), m.clone()).unwrap();
+        let journal = dir.path().join("j");
+        let mut j = Journal::create(&journal, m.clone()).unwrap();
         let disk = Overlap {
             disk: Flaky::new(original, u64::MAX),
-            state: Mutex::new((false, false, 0)),
-            met: std::sync::Condvar::new(),
+            m: m.clone(),
+            journal,
+            beside: Default::default(),
         };
         run(&disk, &mut j, &mut |_| {}).unwrap();
         assert!(disk.disk.power_cut(1)[68 * 512..108 * 512] == want[..]);
-        // 20 chunks; from chunk 2 on each write's commit was made beside
-        // the one before (chunk 1's write carries chunk 2's commit), the last
-        // has none after it to carry.
-        let beside = disk.state.lock().unwrap().2;
-        assert_eq!(beside, m.chunks() - 2, "flushes made while a write was in flight");
+        // 20 chunks: chunk 1's write carries chunk 2's commit, and so on;
+        // the last has no chunk after it.
+        let beside = disk.beside.load(Ordering::Relaxed);
+        assert_eq!(beside, m.chunks() - 2, "writes during which the chunks before were committed");
     }
 
     #[test]
