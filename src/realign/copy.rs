@@ -221,11 +221,7 @@ fn copy_and_verify(
 /// name two, that work runs beside the write before it: once chunk k-1's
 /// write is flushed, chunk k is written while chunk k+1 is saved, chunk k-1
 /// verified and the commit made that names chunks k and k+1, with the
-/// cursor on k. Chunk k+1's write then starts at once. Where no chunk is
-/// saved but each write overwrites sources the one before it does not (a
-/// shift of one to two chunks, which [`super::chunk_for`] halves), the
-/// commit chunk k+1 needs is made the same way, beside chunk k's write
-/// ([`commit_beside`]).
+/// cursor on k. Chunk k+1's write then starts at once.
 fn copy(
     disk: &dyn Disk,
     j: &mut Journal,
@@ -288,8 +284,6 @@ fn copy(
             (committed, last_commit, trailing) = (cursor, Instant::now(), mine);
         }
         let dst = m.new_start * m.sector_size + rel;
-        // Chunk k flushed with its write, on the writer's thread.
-        let mut flushed = false;
         let written = if rescue.is_none() && names_last(j, k) && m.needs_save(k + 1) {
             let read = pipe.full.recv().map_err(|_| gone("reading", &m))?;
             // Chunk k-1's write made durable before chunk k's begins: a
@@ -308,31 +302,13 @@ fn copy(
                 ready = Some(saved);
             }
             written
-        } else if let Some(cursor) = commit_ahead(&m, rescue.is_none(), committed, k) {
-            // The chunks before k durable first. A flush beside the write
-            // would wait for it (a disk's queue drains for a flush), and
-            // the commit for the flush; one made as the write returns finds
-            // the queue empty, before the verifier's and reader's next reads.
-            if dirty {
-                disk.flush().map_err(|e| io_at("flushing after", src, &m, e))?;
-            }
-            let flush = || disk.flush().map_err(|e| io_at("flushing after", dst, &m, e));
-            let (written, committing) = std::thread::scope(|s| {
-                let writing = s.spawn(|| write(disk, data, dst, &m).and_then(|()| flush()));
-                let committing = commit_beside(j, pipe, cursor, tick);
-                (writing.join().unwrap_or_else(|_| Err(gone("writing", &m))), committing)
-            });
-            committing?;
-            (committed, last_commit, trailing) = (cursor, Instant::now(), None);
-            flushed = written.is_ok();
-            written
         } else {
             write(disk, data, dst, &m)
         };
         if let Err(e) = written {
             return Err(keep_progress(disk, j, pipe, k, committed, tick, e));
         }
-        dirty = !flushed;
+        dirty = true;
         tick(len);
         let _ = pipe.written.send((k, Some(crc)));
         let _ = pipe.free.send(buf);
@@ -401,33 +377,6 @@ fn commit_next(
     saved.push(next);
     j.commit(Phase::Copying, k, &saved)?;
     Ok(Some(next))
-}
-
-/// The cursor chunk `k + 1`'s write needs committed, where that commit can
-/// be made beside chunk `k`'s write: it must not count chunk `k` itself,
-/// nor a chunk saved in the journal (those have their own pipeline), nor
-/// when rescuing (that path stays the plain one).
-fn commit_ahead(m: &Move, plain: bool, committed: u64, k: u64) -> Option<u64> {
-    let next = k + 1;
-    let needed = plain && next < m.chunks() && !m.needs_save(next);
-    let cursor = needed && m.needs_commit(committed, next);
-    cursor.then(|| m.cursor_for(committed, next)).filter(|&c| c <= k)
-}
-
-/// Beside chunk `k`'s write, the chunks before it durable, the commit at
-/// `cursor` (at most `k`) that chunk `k + 1`'s write needs: those before
-/// `cursor` are verified and the cursor committed. Off the copy's path, as
-/// chunk `k + 1`'s write then starts at once.
-fn commit_beside(
-    j: &mut Journal,
-    pipe: &mut Pipe,
-    cursor: u64,
-    tick: &mut dyn FnMut(u64),
-) -> Result<(), MoveError> {
-    let m = j.record.clone();
-    pipe.verified_before(cursor, &m, tick)?;
-    j.commit(Phase::Copying, cursor, &named_from(j, cursor))?;
-    Ok(())
 }
 
 /// `error` at chunk `k`, once the chunks before it are verified, flushed
@@ -1018,69 +967,6 @@ pub(crate) mod tests {
         survivor[150 * 512] ^= 0xFF;
         let err = run(&Flaky::new(survivor, u64::MAX), &mut j, &mut |_| {}).unwrap_err();
         assert!(matches!(err, MoveError::Verify { lba: 148, .. }), "{err}");
-    }
-
-    /// A disk whose chunk writes each wait a while, while in flight, for
-    /// the journal to record the chunks before them moved; the writes that
-    /// saw it are counted.
-    struct Overlap {
-        disk: Flaky,
-        m: Move,
-        journal: std::path::PathBuf,
-        beside: std::sync::atomic::AtomicU64,
-    }
-
-    impl Disk for Overlap {
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-            self.disk.read_at(buf, offset)
-        }
-
-        fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
-            let m = &self.m;
-            let chunk = (0..m.chunks()).find(|&k| m.destination(k).start == offset);
-            let cursor = || Journal::open(&self.journal).map_or(0, |j| j.state.cursor);
-            if let Some(k) = chunk.filter(|&k| k > 0) {
-                let waited = Instant::now();
-                while cursor() < k && waited.elapsed() < Duration::from_millis(200) {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                if cursor() >= k {
-                    self.beside.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            self.disk.write_at(buf, offset)
-        }
-
-        fn flush(&self) -> io::Result<()> {
-            self.disk.flush()
-        }
-    }
-
-    /// 2.5 chunks right: each write overwrites the source of the chunk two
-    /// before it, so each needs a commit of that one. That commit is made
-    /// while the write before runs, not between the two writes.
-    #[test]
-    fn the_commit_a_write_needs_is_made_beside_the_write_before_it() {
-        let m =
-            Move { old_start: 63, new_start: 68, sectors: 40, chunk_bytes: 1024, ..sample_move() };
-        let mut original = image();
-        original[..512].copy_from_slice(&m.writes[0].old);
-        let want = original[63 * 512..103 * 512].to_vec();
-        let dir = tempfile::tempdir().unwrap();
-        let journal = dir.path().join("j");
-        let mut j = Journal::create(&journal, m.clone()).unwrap();
-        let disk = Overlap {
-            disk: Flaky::new(original, u64::MAX),
-            m: m.clone(),
-            journal,
-            beside: Default::default(),
-        };
-        run(&disk, &mut j, &mut |_| {}).unwrap();
-        assert!(disk.disk.power_cut(1)[68 * 512..108 * 512] == want[..]);
-        // 20 chunks: chunk 1's write carries chunk 2's commit, and so on;
-        // the last has no chunk after it.
-        let beside = disk.beside.load(Ordering::Relaxed);
-        assert_eq!(beside, m.chunks() - 2, "writes during which the chunks before were committed");
     }
 
     #[test]
