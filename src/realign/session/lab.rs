@@ -42,6 +42,9 @@ pub(super) fn partition(img: &[u8], start: u64) -> &[u8] {
     &img[start as usize * SS..(start + SECTORS) as usize * SS]
 }
 
+/// In [`Mem::reads`]: the target held for writing, here.
+pub(super) const HELD: (u64, usize) = (u64::MAX, 0);
+
 /// The disk in memory, with failures to inject: writes that fail after
 /// a count, a kernel that refuses.
 #[derive(Clone)]
@@ -54,7 +57,8 @@ pub(super) struct Mem {
     pub(super) unreadable: Arc<Mutex<Vec<u64>>>,
     /// Unplugged: every read and write fails, and the host says so.
     pub(super) gone: Arc<AtomicBool>,
-    /// Every read asked, as (offset, length).
+    /// Every read asked, as (offset, length), and [`HELD`] where the
+    /// target was held for writing.
     pub(super) reads: Arc<Mutex<Vec<(u64, usize)>>>,
 }
 
@@ -128,6 +132,7 @@ impl Host for Mem {
     }
 
     fn writer(&self, _: Unused) -> Result<Box<dyn Writer>, SessionError> {
+        self.reads.lock().unwrap().push(HELD);
         Ok(Box::new(self.clone()))
     }
 

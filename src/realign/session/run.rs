@@ -4,6 +4,7 @@
 
 use super::error::{io_error, MoveRefusal, SessionError, Stop};
 use super::events::{Events, Outcome};
+use super::host::hold;
 use super::open::Session;
 use super::options::MoveOptions;
 use crate::realign::journal::Journal;
@@ -78,6 +79,9 @@ impl Session {
                 opts.chunk_bytes,
             )?;
             drop(planning);
+            // Held from the read check on: the chunk it keeps for the move
+            // cannot change before the move writes it.
+            let writer = hold(&*self.host, &[n])?;
             let mut first = None;
             if opts.read_check {
                 let (scan, kept) = self.read_check(opts, &prepared.record, events)?;
@@ -90,7 +94,9 @@ impl Session {
             for note in placement.note.iter().chain(&prepared.notes) {
                 events.note(&format!("note: {note}"));
             }
-            if let Outcome::Stopped(why) = self.run_journal(journal, opts.rescue, first, events)? {
+            self.refuse_undoing(&journal)?;
+            let outcome = self.run_journal(journal, opts.rescue, writer, first, events)?;
+            if let Outcome::Stopped(why) = outcome {
                 return Ok(Outcome::Stopped(why));
             }
         }
