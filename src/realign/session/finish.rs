@@ -4,7 +4,7 @@
 
 use super::error::{io_error, GoneDisk, MoveRefusal, SessionError, Stop, WayOn};
 use super::events::{Done, Events, Outcome, Rescued};
-use super::host::{hold, Writer};
+use super::host::hold;
 use super::open::Session;
 use crate::io::AlignedBuf;
 use crate::realign::copy::{self, MoveError};
@@ -26,32 +26,24 @@ impl Session {
         rescue: bool,
         events: &mut dyn Events,
     ) -> Result<Outcome, SessionError> {
-        self.refuse_undoing(&journal)?;
-        let writer = hold(&*self.host, &[journal.record.partition])?;
-        self.run_journal(journal, rescue, writer, None, events)
+        self.run_journal(journal, rescue, None, events)
     }
 
-    /// A journal whose undo has begun is the undo's to finish.
-    pub(super) fn refuse_undoing(&self, journal: &Journal) -> Result<(), SessionError> {
+    /// [`Session::finish`], given the bytes of the move's first chunk when
+    /// the read check just read them (see [`copy::run_until`]).
+    pub(super) fn run_journal(
+        &self,
+        mut journal: Journal,
+        rescue: bool,
+        first: Option<AlignedBuf>,
+        events: &mut dyn Events,
+    ) -> Result<Outcome, SessionError> {
         let undoing = undo::path(journal.path());
         if undoing.exists() {
             let (target, partition) = (self.target.path.clone(), journal.record.partition);
             return Err(MoveRefusal::BeingUndone { target, partition, journal: undoing }.into());
         }
-        Ok(())
-    }
-
-    /// [`Session::finish`] through `writer`, held since before the read
-    /// check when that gives the move's first chunk (`first`, see
-    /// [`copy::run_until`]): nothing else could write the bytes it kept.
-    pub(super) fn run_journal(
-        &self,
-        mut journal: Journal,
-        rescue: bool,
-        writer: Box<dyn Writer>,
-        first: Option<AlignedBuf>,
-        events: &mut dyn Events,
-    ) -> Result<Outcome, SessionError> {
+        let writer = hold(&*self.host, &[journal.record.partition])?;
         let m = journal.record.clone();
         if journal.state.sequence > 1 {
             events.resumed(&m, journal.state.phase, journal.state.cursor);

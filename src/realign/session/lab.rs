@@ -42,9 +42,6 @@ pub(super) fn partition(img: &[u8], start: u64) -> &[u8] {
     &img[start as usize * SS..(start + SECTORS) as usize * SS]
 }
 
-/// In [`Mem::reads`]: the target held for writing, here.
-pub(super) const HELD: (u64, usize) = (u64::MAX, 0);
-
 /// The disk in memory, with failures to inject: writes that fail after
 /// a count, a kernel that refuses.
 #[derive(Clone)]
@@ -57,8 +54,7 @@ pub(super) struct Mem {
     pub(super) unreadable: Arc<Mutex<Vec<u64>>>,
     /// Unplugged: every read and write fails, and the host says so.
     pub(super) gone: Arc<AtomicBool>,
-    /// Every read asked, as (offset, length), and [`HELD`] where the
-    /// target was held for writing.
+    /// Every read asked, as (offset, length).
     pub(super) reads: Arc<Mutex<Vec<(u64, usize)>>>,
 }
 
@@ -132,7 +128,6 @@ impl Host for Mem {
     }
 
     fn writer(&self, _: Unused) -> Result<Box<dyn Writer>, SessionError> {
-        self.reads.lock().unwrap().push(HELD);
         Ok(Box::new(self.clone()))
     }
 

@@ -4,7 +4,6 @@
 
 use super::error::{io_error, MoveRefusal, SessionError, Stop};
 use super::events::{Events, Outcome};
-use super::host::hold;
 use super::open::Session;
 use super::options::MoveOptions;
 use crate::realign::journal::Journal;
@@ -79,9 +78,6 @@ impl Session {
                 opts.chunk_bytes,
             )?;
             drop(planning);
-            // Held from the read check on: the chunk it keeps for the move
-            // cannot change before the move writes it.
-            let writer = hold(&*self.host, &[n])?;
             let mut first = None;
             if opts.read_check {
                 let (scan, kept) = self.read_check(opts, &prepared.record, events)?;
@@ -94,9 +90,7 @@ impl Session {
             for note in placement.note.iter().chain(&prepared.notes) {
                 events.note(&format!("note: {note}"));
             }
-            self.refuse_undoing(&journal)?;
-            let outcome = self.run_journal(journal, opts.rescue, writer, first, events)?;
-            if let Outcome::Stopped(why) = outcome {
+            if let Outcome::Stopped(why) = self.run_journal(journal, opts.rescue, first, events)? {
                 return Ok(Outcome::Stopped(why));
             }
         }
